@@ -1,0 +1,3 @@
+from turboinfer.cli import main
+
+raise SystemExit(main())

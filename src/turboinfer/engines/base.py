@@ -1,0 +1,107 @@
+"""The engine protocol: load a model file with typed settings, describe it, run a batch.
+
+Every engine adapter is one module with one ``Engine`` implementation. Adapters are
+registered by name in ``turboinfer.engines`` and imported lazily, so an optional engine
+that is not installed only fails when it is asked for.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from turboinfer.errors import ConfigError
+
+# A dimension is a fixed size, or a symbolic name (or None) when it is dynamic.
+Dim = int | str | None
+
+
+class ExecutionMode(str, enum.Enum):
+    SEQUENTIAL = "sequential"
+    PARALLEL = "parallel"
+
+
+class GraphOptimization(str, enum.Enum):
+    DISABLED = "disabled"
+    BASIC = "basic"
+    EXTENDED = "extended"
+    ALL = "all"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What matters for latency, typed. ``0`` threads lets the engine pick.
+
+    ``device`` is ``"cpu"`` or ``"cuda"``; engines that cannot honour it say so.
+    """
+
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    execution_mode: ExecutionMode = ExecutionMode.SEQUENTIAL
+    graph_optimization: GraphOptimization = GraphOptimization.ALL
+    memory_arena: bool = True
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.intra_op_threads < 0 or self.inter_op_threads < 0:
+            raise ConfigError("thread counts must be >= 0 (0 lets the engine choose)")
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"unknown device {self.device!r}: use 'cpu' or 'cuda'")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, numpy dtype and shape of one model input or output."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[Dim, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "dtype": self.dtype.name, "shape": list(self.shape)}
+
+
+Feeds = Mapping[str, np.ndarray]
+
+
+@runtime_checkable
+class Session(Protocol):
+    """A loaded model, ready to run. ``run`` is the hot path."""
+
+    @property
+    def inputs(self) -> list[TensorSpec]: ...
+
+    @property
+    def outputs(self) -> list[TensorSpec]: ...
+
+    def run(self, feeds: Feeds) -> dict[str, np.ndarray]: ...
+
+
+class Engine(Protocol):
+    """A factory of sessions. ``name`` is the registry key."""
+
+    name: str
+
+    def load(self, model: ModelArtifact, settings: EngineSettings) -> Session: ...
+
+
+@dataclass(frozen=True)
+class ModelArtifact:
+    """What an engine can load: an ONNX file, and for PyTorch eager, the module itself.
+
+    ``torch_module`` is a zero-argument factory so that the (sometimes slow) build only
+    happens when the torch engine is used.
+    """
+
+    name: str
+    onnx_path: Path
+    torch_module: object | None = None  # Callable[[], torch.nn.Module]
+
+    def __post_init__(self) -> None:
+        if self.torch_module is not None and not callable(self.torch_module):
+            raise ConfigError("torch_module must be a zero-argument factory")

@@ -1,0 +1,50 @@
+"""Printing results: JSON on stdout (nothing else there), tables and progress on a TTY."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import orjson
+
+T = TypeVar("T")
+
+
+def print_json(data: Any) -> None:
+    """Machine-readable output: one JSON document on stdout."""
+    sys.stdout.write(
+        orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    )
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def progress(items: Iterable[T], *, total: int | None = None, desc: str = "",
+             enabled: bool = True) -> Iterator[T]:
+    """A progress bar on stderr when it is a terminal and ``enabled`` (not --json)."""
+    if not enabled or not sys.stderr.isatty():
+        yield from items
+        return
+    from tqdm import tqdm
+
+    yield from tqdm(items, total=total, desc=desc, file=sys.stderr, leave=False)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned text table; floats get 2 decimals."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.2f}"
+        return str(value)
+
+    text_rows = [[cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in text_rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in text_rows:
+        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    return "\n".join(lines)
