@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from turboinfer.errors import ConfigError
+from turboinfer.errors import ConfigError, InvalidInputError
 
 # A dimension is a fixed size, or a symbolic name (or None) when it is dynamic.
 Dim = int | str | None
@@ -33,11 +33,15 @@ class GraphOptimization(str, enum.Enum):
     ALL = "all"
 
 
+DEVICES = ("cpu", "cuda", "tensorrt")
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """What matters for latency, typed. ``0`` threads lets the engine pick.
 
-    ``device`` is ``"cpu"`` or ``"cuda"``; engines that cannot honour it say so.
+    ``device`` is ``"cpu"``, ``"cuda"`` or ``"tensorrt"`` (ONNX Runtime's TensorRT
+    execution provider); engines that cannot honour it say so.
     """
 
     intra_op_threads: int = 0
@@ -50,8 +54,8 @@ class EngineSettings:
     def __post_init__(self) -> None:
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
             raise ConfigError("thread counts must be >= 0 (0 lets the engine choose)")
-        if self.device not in ("cpu", "cuda"):
-            raise ConfigError(f"unknown device {self.device!r}: use 'cpu' or 'cuda'")
+        if self.device not in DEVICES:
+            raise ConfigError(f"unknown device {self.device!r}: use one of {', '.join(DEVICES)}")
 
 
 @dataclass(frozen=True)
@@ -105,3 +109,37 @@ class ModelArtifact:
     def __post_init__(self) -> None:
         if self.torch_module is not None and not callable(self.torch_module):
             raise ConfigError("torch_module must be a zero-argument factory")
+
+
+def check_feeds(specs: list[TensorSpec], feeds: Feeds) -> None:
+    """Raise ``InvalidInputError`` naming the first input that does not fit ``specs``.
+
+    Engines call this only after a run failed, so the hot path pays nothing for it and
+    the user still gets a message that names the input, the expected and the actual.
+    """
+    expected = {spec.name for spec in specs}
+    unknown = sorted(set(feeds) - expected)
+    if unknown:
+        raise InvalidInputError(
+            f"unknown input {unknown[0]!r}; the model takes {', '.join(sorted(expected))}"
+        )
+    for spec in specs:
+        if spec.name not in feeds:
+            raise InvalidInputError(f"missing input {spec.name!r}")
+        array = np.asarray(feeds[spec.name])
+        if array.dtype != spec.dtype:
+            raise InvalidInputError(
+                f"input {spec.name!r} has dtype {array.dtype.name}, expected {spec.dtype.name}"
+            )
+        if array.ndim != len(spec.shape) or any(
+            isinstance(dim, int) and dim != size
+            for dim, size in zip(spec.shape, array.shape, strict=False)
+        ):
+            raise InvalidInputError(
+                f"input {spec.name!r} has shape {list(array.shape)}, "
+                f"expected {format_shape(spec.shape)}"
+            )
+
+
+def format_shape(shape: tuple[Dim, ...]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"

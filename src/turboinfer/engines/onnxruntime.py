@@ -1,0 +1,143 @@
+"""ONNX Runtime adapter: CPU, and the CUDA / TensorRT execution providers when present."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+from turboinfer.engines.base import (
+    EngineSettings,
+    ExecutionMode,
+    Feeds,
+    GraphOptimization,
+    ModelArtifact,
+    TensorSpec,
+    check_feeds,
+)
+from turboinfer.errors import ConfigError, InvalidInputError, ModelLoadError, UnknownModelError
+
+_ORT_DTYPES: dict[str, np.dtype] = {
+    f"tensor({name})": np.dtype(dtype)
+    for name, dtype in {
+        "float": "float32",
+        "float16": "float16",
+        "double": "float64",
+        "int8": "int8",
+        "uint8": "uint8",
+        "int16": "int16",
+        "uint16": "uint16",
+        "int32": "int32",
+        "uint32": "uint32",
+        "int64": "int64",
+        "uint64": "uint64",
+        "bool": "bool",
+        "string": "object",
+    }.items()
+}
+
+_GRAPH_LEVELS = {
+    GraphOptimization.DISABLED: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    GraphOptimization.BASIC: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    GraphOptimization.EXTENDED: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    GraphOptimization.ALL: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+_PROVIDERS = {
+    "cpu": ["CPUExecutionProvider"],
+    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+    "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
+}
+
+
+def session_options(settings: EngineSettings) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = settings.intra_op_threads
+    options.inter_op_num_threads = settings.inter_op_threads
+    options.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL
+        if settings.execution_mode is ExecutionMode.PARALLEL
+        else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    options.graph_optimization_level = _GRAPH_LEVELS[settings.graph_optimization]
+    options.enable_cpu_mem_arena = settings.memory_arena
+    options.log_severity_level = 3  # errors only: warnings would pollute --json runs
+    return options
+
+
+def providers_for(device: str) -> list[str]:
+    wanted = _PROVIDERS[device]
+    available = set(ort.get_available_providers())
+    if wanted[0] not in available:
+        raise ConfigError(
+            f"device {device!r} needs ONNX Runtime's {wanted[0]}, which this install lacks "
+            f"(available: {', '.join(sorted(available))})"
+        )
+    return [p for p in wanted if p in available]
+
+
+def _spec(arg: ort.NodeArg) -> TensorSpec:
+    dtype = _ORT_DTYPES.get(arg.type, np.dtype("float32"))
+    return TensorSpec(arg.name, dtype, tuple(arg.shape))
+
+
+class OrtSession:
+    """A wrapped ``InferenceSession``. ``run`` adds no work on the success path."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        self._inputs = [_spec(arg) for arg in session.get_inputs()]
+        self._outputs = [_spec(arg) for arg in session.get_outputs()]
+        self._output_names = [spec.name for spec in self._outputs]
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return self._outputs
+
+    @property
+    def providers(self) -> list[str]:
+        return list(self.session.get_providers())
+
+    def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
+        try:
+            values = self.session.run(self._output_names, feeds)
+        except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+                ort.capi.onnxruntime_pybind11_state.Fail,
+                ort.capi.onnxruntime_pybind11_state.RuntimeException,
+                ValueError, TypeError, RuntimeError) as exc:
+            check_feeds(self._inputs, feeds)
+            message = f"onnxruntime could not run the inputs: {_first_line(exc)}"
+            raise InvalidInputError(message) from None
+        return dict(zip(self._output_names, values, strict=True))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class OnnxRuntimeEngine:
+    name = "onnxruntime"
+
+    def load(self, model: ModelArtifact, settings: EngineSettings) -> OrtSession:
+        if not model.onnx_path.is_file():
+            raise UnknownModelError(f"model file not found: {model.onnx_path}")
+        try:
+            session = ort.InferenceSession(
+                str(model.onnx_path),
+                sess_options=session_options(settings),
+                providers=providers_for(settings.device),
+            )
+        except ConfigError:
+            raise
+        except Exception as exc:  # ORT raises bare pybind errors; report them in one line
+            raise ModelLoadError(
+                f"onnxruntime cannot load {model.onnx_path}: {_first_line(exc)}"
+            ) from None
+        return OrtSession(session)
+
+
+ENGINE = OnnxRuntimeEngine()
