@@ -1,0 +1,1 @@
+"""In-process benchmarking: latency statistics and the engine × batch-size sweep."""

@@ -1,0 +1,58 @@
+"""Latency statistics. Percentiles use linear interpolation between closest ranks,
+the same definition as ``numpy.percentile``'s default, so numbers compare across tools."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of already sorted values."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty sample")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile must be in [0, 100], got {q}")
+    rank = (len(sorted_values) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(sorted_values) - 1)
+    fraction = rank - low
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Summary of one latency sample, in milliseconds."""
+
+    count: int
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def summarize_ns(durations_ns: Sequence[int]) -> LatencyStats:
+    """Summarize durations measured with ``time.perf_counter_ns``."""
+    values = sorted(d / 1e6 for d in durations_ns)
+    if not values:
+        raise ValueError("no durations to summarize")
+    p50, p90, p95, p99 = (percentile(values, q) for q in PERCENTILES)
+    return LatencyStats(
+        count=len(values),
+        mean_ms=math.fsum(values) / len(values),
+        min_ms=values[0],
+        max_ms=values[-1],
+        p50_ms=p50,
+        p90_ms=p90,
+        p95_ms=p95,
+        p99_ms=p99,
+    )
