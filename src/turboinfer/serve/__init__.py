@@ -1,0 +1,1 @@
+"""The inference server: Open Inference Protocol over HTTP and gRPC."""

@@ -1,0 +1,159 @@
+"""The model-repository entry format, shared by ``tune`` (writes) and ``serve`` (reads).
+
+A repository is a folder of models; a model is a folder with ``config.yaml`` and numbered
+version folders, each holding the model file::
+
+    REPO/
+      resnet18/
+        config.yaml
+        1/model.onnx
+        2/model.onnx
+
+``config.yaml`` (every key optional; unknown keys are rejected so typos are caught)::
+
+    engine: onnxruntime          # onnxruntime | openvino
+    max_batch_size: 32           # 0: no batching, requests run as they arrive
+    dynamic_batching:
+      max_queue_delay_ms: 5.0    # how long the first request of a batch may wait
+      preferred_batch_sizes: [8, 16]
+      max_queue_size: 1024       # requests beyond this are rejected at once (503)
+      default_timeout_ms: null   # per-request queue timeout when the request sets none
+    instances: 1                 # execution instances (threads over sessions)
+    engine_settings:
+      intra_op_threads: 2
+      execution_mode: sequential # sequential | parallel
+      graph_optimization: all    # disabled | basic | extended | all
+      memory_arena: true
+    version_policy: {latest: 1}  # or {all: true} or {specific: [1, 3]}
+    model_file: model.onnx
+    canary: null                 # or {version: 3, percent: 10}
+
+Validation happens once, here, at the edge; the rest of the code takes the frozen result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from turboinfer.engines.base import EngineSettings, ExecutionMode, GraphOptimization
+from turboinfer.errors import ConfigError
+
+CONFIG_FILE = "config.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DynamicBatching(_Strict):
+    max_queue_delay_ms: float = Field(default=5.0, ge=0)
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_size: int = Field(default=1024, ge=1)
+    default_timeout_ms: float | None = Field(default=None, gt=0)
+
+
+class EngineSettingsConfig(_Strict):
+    intra_op_threads: int = Field(default=0, ge=0)
+    inter_op_threads: int = Field(default=0, ge=0)
+    execution_mode: ExecutionMode = ExecutionMode.SEQUENTIAL
+    graph_optimization: GraphOptimization = GraphOptimization.ALL
+    memory_arena: bool = True
+
+    def to_settings(self) -> EngineSettings:
+        return EngineSettings(**self.model_dump())
+
+
+class VersionPolicy(_Strict):
+    latest: int | None = Field(default=None, ge=1)
+    all: bool = False
+    specific: tuple[int, ...] | None = None
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> VersionPolicy:
+        chosen = sum([self.latest is not None, self.all, self.specific is not None])
+        if chosen > 1:
+            raise ValueError("give one of latest, all, specific")
+        return self
+
+    def select(self, available: list[int]) -> list[int]:
+        """The versions to serve among those on disk, newest first."""
+        ordered = sorted(available, reverse=True)
+        if self.all:
+            return ordered
+        if self.specific is not None:
+            return [v for v in ordered if v in self.specific]
+        return ordered[: self.latest or 1]
+
+
+class Canary(_Strict):
+    version: int = Field(ge=1)
+    percent: float = Field(gt=0, lt=100)
+
+
+class ModelConfig(_Strict):
+    engine: Literal["onnxruntime", "openvino"] = "onnxruntime"
+    max_batch_size: int = Field(default=0, ge=0)
+    dynamic_batching: DynamicBatching | None = None
+    instances: int = Field(default=1, ge=1)
+    engine_settings: EngineSettingsConfig = EngineSettingsConfig()
+    version_policy: VersionPolicy = VersionPolicy()
+    model_file: str = "model.onnx"
+    canary: Canary | None = None
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch_size > 0
+
+
+def load_config(path: Path) -> ModelConfig:
+    """Read and validate one ``config.yaml``; errors name the file and the key."""
+    if not path.is_file():
+        return ModelConfig()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys, got {type(data).__name__}")
+    try:
+        return ModelConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise ConfigError(f"{path}: {key}: {first['msg']}") from None
+
+
+def dump_config(config: ModelConfig, path: Path) -> None:
+    data = config.model_dump(mode="json", exclude_defaults=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False) if data else "{}\n")
+
+
+def write_entry(repo: Path, name: str, model_file: Path, config: ModelConfig,
+                version: int | None = None) -> Path:
+    """Add ``model_file`` as a version of ``name`` in ``repo`` (next number by default)
+    and write the config. Returns the version folder. The file is copied in and moved
+    into place last, so a poller never sees a half-written version."""
+    import shutil
+    import tempfile
+
+    model_dir = repo / name
+    try:
+        model_dir.mkdir(parents=True, exist_ok=True)
+        existing = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+        number = version if version is not None else max(existing, default=0) + 1
+        final = model_dir / str(number)
+        staging = Path(tempfile.mkdtemp(prefix=f".{number}-", dir=model_dir))
+        shutil.copyfile(model_file, staging / config.model_file)
+        for extra in model_file.parent.glob(model_file.name + ".data"):
+            shutil.copyfile(extra, staging / extra.name)
+        dump_config(config, model_dir / CONFIG_FILE)
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+    except OSError as exc:
+        raise ConfigError(f"cannot write repository entry {model_dir}: {exc.strerror}") from None
+    return final
