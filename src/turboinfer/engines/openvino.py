@@ -42,10 +42,11 @@ class OpenVinoSession:
         return self._outputs
 
     def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
+        # OpenVINO converts mismatched dtypes silently; the other engines refuse them.
+        check_feeds(self._inputs, feeds)
         try:
             self.request.infer(dict(feeds))
         except Exception as exc:  # OpenVINO raises plain RuntimeErrors on bad inputs
-            check_feeds(self._inputs, feeds)
             raise InvalidInputError(f"openvino could not run the inputs: {exc}") from None
         # The request reuses its output buffers on the next call: copy them out.
         return {
@@ -62,7 +63,11 @@ class OpenVinoEngine:
             raise ConfigError("the openvino engine runs on the CPU here; use device 'cpu'")
         if not model.onnx_path.is_file():
             raise UnknownModelError(f"model file not found: {model.onnx_path}")
-        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+        # f32 explicitly: the plugin may otherwise pick a lower precision on its own.
+        config: dict[str, Any] = {
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": "f32",
+        }
         if settings.intra_op_threads:
             config["INFERENCE_NUM_THREADS"] = settings.intra_op_threads
         try:
