@@ -56,3 +56,15 @@ class UnavailableError(TurboinferError):
     """Temporarily cannot serve: queue full, draining, model not ready."""
 
     http_status = 503
+
+
+class PayloadTooLargeError(TurboinferError):
+    """A request body over the server's configured size limit."""
+
+    http_status = 413
+
+
+class InferenceError(TurboinferError):
+    """The engine failed while running a batch for reasons other than the inputs."""
+
+    http_status = 500
