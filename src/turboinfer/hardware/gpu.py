@@ -1,0 +1,86 @@
+"""NVIDIA GPUs through NVML (``nvidia-ml-py``, imported as ``pynvml``), when present.
+
+NVML answers without creating a CUDA context, so probing costs milliseconds and no GPU
+memory. Without the package or a driver there are simply no GPUs to report.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from turboinfer.hardware.model import GpuProfile
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def import_nvml() -> Any | None:
+    try:
+        with warnings.catch_warnings():
+            # The unofficial "pynvml" package warns on import that it is deprecated.
+            warnings.simplefilter("ignore")
+            return importlib.import_module("pynvml")
+    except Exception:  # ImportError, or a broken install raising anything at import
+        return None
+
+
+def read_gpus(nvml: Any | None = None) -> tuple[GpuProfile, ...]:
+    """Every GPU NVML sees; ``nvml`` is the pynvml module (injected by tests)."""
+    nvml = nvml if nvml is not None else import_nvml()
+    if nvml is None:
+        return ()
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError: no driver, no device, library not found
+        log.debug("NVML unavailable: %s", exc)
+        return ()
+    try:
+        driver = _optional(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+        cuda = _optional(lambda: _cuda_version(nvml.nvmlSystemGetCudaDriverVersion_v2()))
+        count = _optional(nvml.nvmlDeviceGetCount) or 0
+        return tuple(_read_gpu(nvml, i, driver, cuda) for i in range(count))
+    finally:
+        _optional(nvml.nvmlShutdown)
+
+
+def _read_gpu(nvml: Any, index: int, driver: str | None, cuda: str | None) -> GpuProfile:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    capability = _optional(lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle))
+    return GpuProfile(
+        index=index,
+        name=_optional(lambda: _text(nvml.nvmlDeviceGetName(handle))) or f"GPU {index}",
+        memory_total_bytes=_optional(lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total)),
+        # NVML reports SMs through the (MIG-era) attributes call; older GPUs refuse it.
+        sm_count=_optional(
+            lambda: int(nvml.nvmlDeviceGetAttributes_v2(handle).multiprocessorCount)),
+        compute_capability=f"{capability[0]}.{capability[1]}" if capability else None,
+        max_sm_clock_mhz=_optional(
+            lambda: int(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))),
+        max_memory_clock_mhz=_optional(
+            lambda: int(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM))),
+        driver_version=driver,
+        cuda_version=cuda,
+    )
+
+
+def _optional(call: Callable[[], T]) -> T | None:
+    """The call's result, or None when this GPU or driver does not support the query."""
+    try:
+        return call()
+    except Exception as exc:  # NVMLError_NotSupported and friends
+        log.debug("NVML query failed: %s", exc)
+        return None
+
+
+def _text(value: str | bytes) -> str:
+    # pynvml before 11.5 returned bytes.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _cuda_version(encoded: int) -> str:
+    """NVML's 12040 -> "12.4"."""
+    return f"{encoded // 1000}.{encoded % 1000 // 10}"
