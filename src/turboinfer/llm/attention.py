@@ -1,0 +1,115 @@
+"""Attention over a paged KV cache, and the per-step batch metadata it needs.
+
+The linear layers run on all of a step's tokens packed into one ``[T, ...]`` tensor
+(no padding, so no wasted matmul work). Attention needs per-sequence structure, so
+queries are scattered into ``[B, Qmax, ...]``, keys/values are gathered from the cache
+through the block tables into ``[B, L, ...]``, and one masked SDPA call covers the whole
+batch. A decode-only step (every query length 1) skips the scatter entirely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class KVCache:
+    """One preallocated cache for all layers: ``[layers, blocks, block_size, kv_heads, D]``."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @classmethod
+    def allocate(cls, *, num_layers: int, num_blocks: int, block_size: int,
+                 num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> KVCache:
+        shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
+        # Zeros, not empty: padded query rows read unused slots and must stay finite.
+        return cls(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
+
+    @property
+    def block_size(self) -> int:
+        return int(self.k.shape[2])
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.k.shape[1])
+
+
+@dataclass
+class AttentionBatch:
+    """Where each packed token sits: its sequence, its slot, and what it may attend to."""
+
+    positions: torch.Tensor      # [T] absolute position of each token
+    slot_mapping: torch.Tensor   # [T] flat cache slot each token's K/V is written to
+    seq_index: torch.Tensor      # [T] which sequence (row of block_tables) a token is in
+    query_offset: torch.Tensor   # [T] index of the token within its sequence's chunk
+    block_tables: torch.Tensor   # [B, max_blocks]
+    mask: torch.Tensor           # [B, 1, Qmax, L] bool, True where attention is allowed
+    max_query_len: int
+
+    @classmethod
+    def build(cls, *, starts: list[int], query_lens: list[int], block_tables: list[list[int]],
+              block_size: int) -> AttentionBatch:
+        """``starts[b]``: tokens of sequence b already cached; ``query_lens[b]``: new ones."""
+        num_seqs = len(starts)
+        max_blocks = max(len(t) for t in block_tables)
+        tables = torch.zeros(num_seqs, max_blocks, dtype=torch.long)
+        for b, table in enumerate(block_tables):
+            tables[b, :len(table)] = torch.tensor(table, dtype=torch.long)
+        start = torch.tensor(starts, dtype=torch.long)
+        qlens = torch.tensor(query_lens, dtype=torch.long)
+        seq_index = torch.repeat_interleave(torch.arange(num_seqs), qlens)  # [T]
+        first = torch.cumsum(qlens, 0) - qlens
+        query_offset = torch.arange(int(qlens.sum())) - first[seq_index]
+        positions = start[seq_index] + query_offset
+        slots = (tables[seq_index, positions // block_size] * block_size
+                 + positions % block_size)
+        max_q = max(query_lens)
+        key_pos = torch.arange(max_blocks * block_size)
+        query_pos = start[:, None] + torch.arange(max_q)[None, :]              # [B, Qmax]
+        mask = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)  # [B,1,Q,L]
+        return cls(positions, slots, seq_index, query_offset, tables, mask, max_q)
+
+
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                    k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    batch: AttentionBatch, scale: float) -> torch.Tensor:
+    """Write this step's K/V into the cache, then attend over each sequence's blocks.
+
+    q: [T, H, D]; k, v: [T, KVH, D]; k_cache, v_cache: [blocks, block_size, KVH, D].
+    Returns [T, H, D].
+    """
+    num_kv_heads, head_dim = k.shape[1], k.shape[2]
+    flat_k = k_cache.view(-1, num_kv_heads, head_dim)
+    flat_v = v_cache.view(-1, num_kv_heads, head_dim)
+    flat_k.index_copy_(0, batch.slot_mapping, k)
+    flat_v.index_copy_(0, batch.slot_mapping, v)
+
+    num_seqs = batch.block_tables.shape[0]
+    keys = k_cache[batch.block_tables].view(num_seqs, -1, num_kv_heads, head_dim)
+    values = v_cache[batch.block_tables].view(num_seqs, -1, num_kv_heads, head_dim)
+    if batch.max_query_len == 1:
+        queries = q.view(num_seqs, 1, *q.shape[1:])                 # [B, 1, H, D]
+    else:
+        queries = q.new_zeros(num_seqs, batch.max_query_len, *q.shape[1:])
+        queries[batch.seq_index, batch.query_offset] = q            # [B, Qmax, H, D]
+    out = F.scaled_dot_product_attention(
+        queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+        attn_mask=batch.mask, scale=scale, enable_gqa=num_kv_heads != q.shape[1],
+    ).transpose(1, 2)                                               # [B, Qmax, H, D]
+    if batch.max_query_len == 1:
+        return out.reshape(q.shape)
+    return out[batch.seq_index, batch.query_offset]
+
+
+def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                    scale: float) -> torch.Tensor:
+    """Causal attention of one sequence without a cache. q: [T, H, D]; k, v: [T, KVH, D]."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True,
+        scale=scale, enable_gqa=k.shape[1] != q.shape[1],
+    )
+    return out.transpose(0, 1)

@@ -1,0 +1,152 @@
+"""Settings: the model's shape (read from ``config.json``) and the engine's knobs.
+
+Both are frozen dataclasses validated once at construction, then passed whole.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from turboinfer.errors import ConfigError, ModelLoadError
+
+# The three Hugging Face layouts this decoder reproduces. They differ only in whether
+# q/k/v projections carry a bias (Qwen2) and in default rope/window settings.
+SUPPORTED_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The decoder's shape. Field names follow Hugging Face's ``config.json``."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int = 2048
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    architecture: str = "llama"
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "head_dim", "max_position_embeddings"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model config: {name} must be >= 1")
+
+    @classmethod
+    def from_hf_dict(cls, data: dict[str, Any], source: str = "config.json") -> ModelConfig:
+        archs = data.get("architectures") or []
+        arch = next((SUPPORTED_ARCHITECTURES[a] for a in archs if a in SUPPORTED_ARCHITECTURES),
+                    None)
+        if arch is None:
+            raise ModelLoadError(
+                f"{source}: unsupported architecture {archs or data.get('model_type')!r}; "
+                f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            )
+        if data.get("rope_scaling"):
+            raise ModelLoadError(f"{source}: rope_scaling is not supported")
+        try:
+            heads = int(data["num_attention_heads"])
+            hidden = int(data["hidden_size"])
+            eos = data.get("eos_token_id")
+            eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+            return cls(
+                vocab_size=int(data["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(data["intermediate_size"]),
+                num_hidden_layers=int(data["num_hidden_layers"]),
+                num_attention_heads=heads,
+                num_key_value_heads=int(data.get("num_key_value_heads") or heads),
+                head_dim=int(data.get("head_dim") or hidden // heads),
+                max_position_embeddings=int(data.get("max_position_embeddings", 2048)),
+                rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
+                rope_theta=float(data.get("rope_theta", 10000.0)),
+                tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+                # Qwen2 always has q/k/v biases; Llama exposes it as a flag.
+                attention_bias=arch == "qwen2" or bool(data.get("attention_bias", False)),
+                architecture=arch,
+                bos_token_id=data.get("bos_token_id"),
+                eos_token_ids=tuple(int(e) for e in eos_ids),
+            )
+        except KeyError as exc:
+            raise ModelLoadError(f"{source}: missing key {exc.args[0]!r}") from None
+
+    @classmethod
+    def from_file(cls, path: Path) -> ModelConfig:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ModelLoadError(f"{path.parent}: no config.json") from None
+        except json.JSONDecodeError as exc:
+            raise ModelLoadError(f"{path}: not valid JSON ({exc.msg})") from None
+        return cls.from_hf_dict(data, source=str(path))
+
+
+class QuantMode(str, enum.Enum):
+    NONE = "none"
+    INT8 = "int8"
+    INT4 = "int4"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine knobs. ``num_blocks=0`` sizes the KV cache from ``kv_cache_tokens``."""
+
+    block_size: int = 16
+    kv_cache_tokens: int = 16384
+    num_blocks: int = 0
+    max_num_seqs: int = 64
+    # Tokens one step may process (prefill chunks + decodes). Long prompts are split into
+    # chunks of at most this size so running sequences keep decoding between chunks.
+    max_num_batched_tokens: int = 512
+    enable_prefix_caching: bool = True
+    quant: QuantMode = QuantMode.NONE
+    quant_group_size: int = 32
+    num_speculative_tokens: int = 4
+    ngram_size: int = 0
+    max_model_len: int = 0
+    num_threads: int = 0
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ConfigError("block_size must be >= 1")
+        if self.max_num_seqs < 1:
+            raise ConfigError("max_num_seqs must be >= 1")
+        if self.max_num_batched_tokens < 1:
+            raise ConfigError("max_num_batched_tokens must be >= 1")
+        if self.num_blocks < 0 or self.kv_cache_tokens < 0:
+            raise ConfigError("KV cache size must be >= 0")
+        if self.total_blocks < 1:
+            raise ConfigError("the KV cache must hold at least one block")
+        if self.quant_group_size not in (32, 64, 128, 256):
+            raise ConfigError("quant_group_size must be 32, 64, 128 or 256")
+        if self.num_speculative_tokens < 1:
+            raise ConfigError("num_speculative_tokens must be >= 1")
+        if self.ngram_size < 0:
+            raise ConfigError("ngram_size must be >= 0")
+
+    @property
+    def total_blocks(self) -> int:
+        if self.num_blocks:
+            return self.num_blocks
+        return -(-self.kv_cache_tokens // self.block_size)

@@ -1,0 +1,199 @@
+"""The engine loop: schedule, run one batched forward, sample, retire finished requests."""
+
+from __future__ import annotations
+
+import torch
+
+from turboinfer.errors import InvalidInputError
+from turboinfer.llm.block_manager import BlockManager
+from turboinfer.llm.config import EngineConfig
+from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.runner import ModelRunner, StepItem
+from turboinfer.llm.sampler import logits_to_probs, sample
+from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.scheduler import Scheduler, SchedulerOutput
+from turboinfer.llm.sequence import FinishReason, Sequence
+from turboinfer.llm.speculative import (
+    DraftModelProposer,
+    NgramProposer,
+    SpecStats,
+    rejection_sample,
+)
+from turboinfer.llm.tokenizer import Tokenizer
+
+
+class LLMEngine:
+    def __init__(self, model: LlamaModel, config: EngineConfig, *,
+                 tokenizer: Tokenizer | None = None, draft: LlamaModel | None = None) -> None:
+        self.model = model
+        self.config = config
+        self.tokenizer = tokenizer
+        self.max_model_len = min(config.max_model_len or model.config.max_position_embeddings,
+                                 model.config.max_position_embeddings)
+        blocks = config.total_blocks
+        self.block_manager = BlockManager(blocks, config.block_size,
+                                          enable_prefix_caching=config.enable_prefix_caching)
+        self.runner = ModelRunner(model, model.allocate_kv_cache(blocks, config.block_size))
+        self.proposer: DraftModelProposer | NgramProposer | None = None
+        if draft is not None:
+            if draft.config.vocab_size != model.config.vocab_size:
+                raise InvalidInputError(
+                    f"draft vocabulary ({draft.config.vocab_size}) differs from the "
+                    f"target's ({model.config.vocab_size})")
+            draft_runner = ModelRunner(draft, draft.allocate_kv_cache(blocks, config.block_size))
+            self.proposer = DraftModelProposer(draft_runner, config.num_speculative_tokens)
+        elif config.ngram_size:
+            self.proposer = NgramProposer(config.ngram_size, config.num_speculative_tokens)
+        lookahead = config.num_speculative_tokens if self.proposer else 0
+        self.scheduler = Scheduler(config, self.block_manager, lookahead=lookahead)
+        self.spec_stats = SpecStats()
+        self.generator = torch.Generator().manual_seed(0)
+        self.eos_ids = set(model.config.eos_token_ids)
+        if tokenizer is not None:
+            self.eos_ids |= set(tokenizer.eos_token_ids)
+        self._by_request: dict[str, Sequence] = {}
+
+    # -- requests ----------------------------------------------------------------------
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *,
+                    priority: int = 0, request_id: str | None = None) -> Sequence:
+        n = len(prompt_token_ids)
+        if n == 0:
+            raise InvalidInputError("the prompt is empty")
+        if n >= self.max_model_len:
+            raise InvalidInputError(f"the prompt has {n} tokens; the context holds "
+                                    f"{self.max_model_len} (prompt + at least one new token)")
+        capacity = self.block_manager.num_blocks * self.config.block_size
+        if n + 1 > capacity:
+            raise InvalidInputError(f"the prompt has {n} tokens; the KV cache holds {capacity}")
+        vocab = self.model.config.vocab_size
+        if any(t < 0 or t >= vocab for t in prompt_token_ids):
+            raise InvalidInputError(f"prompt token ids must be in [0, {vocab})")
+        seq = Sequence(prompt_token_ids, params, priority=priority, request_id=request_id)
+        self._by_request[seq.request_id] = seq
+        self.scheduler.add(seq)
+        return seq
+
+    def abort(self, request_id: str) -> None:
+        seq = self._by_request.pop(request_id, None)
+        if seq is not None and not seq.is_finished:
+            seq.finish_reason = FinishReason.ABORT
+            self.scheduler.finish(seq)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # -- the step ----------------------------------------------------------------------
+
+    def step(self) -> list[Sequence]:
+        """Run one iteration; returns the sequences that got new tokens."""
+        out = self.scheduler.schedule()
+        if not out.scheduled:
+            if self.scheduler.waiting and not self.scheduler.running:
+                raise InvalidInputError("a request does not fit in the KV cache")
+            return []
+        decodes, prefills = self._split(out)
+        updated = self._run_plain(prefills + ([] if self.proposer else decodes))
+        if self.proposer and decodes:
+            updated += self._run_speculative([s for s, _ in decodes])
+        for seq in updated:
+            if seq.is_finished:
+                self._by_request.pop(seq.request_id, None)
+        return updated
+
+    def _split(self, out: SchedulerOutput) -> tuple[list[tuple[Sequence, int]],
+                                                   list[tuple[Sequence, int]]]:
+        decodes: list[tuple[Sequence, int]] = []
+        prefills: list[tuple[Sequence, int]] = []
+        for seq, n in out.scheduled.values():
+            is_decode = seq.num_tokens - seq.num_computed_tokens == 1
+            (decodes if is_decode else prefills).append((seq, n))
+        return decodes, prefills
+
+    def _run_plain(self, work: list[tuple[Sequence, int]]) -> list[Sequence]:
+        if not work:
+            return []
+        items = []
+        for seq, n in work:
+            start = seq.num_computed_tokens
+            done = start + n == seq.num_tokens
+            items.append(StepItem(seq.token_ids[start:start + n], start, seq.block_table,
+                                  1 if done else 0))
+        logits = self.runner.run(items)
+        sampled = [seq for seq, n in work if seq.num_computed_tokens + n == seq.num_tokens]
+        for seq, n in work:
+            seq.num_computed_tokens += n
+            self.block_manager.commit(seq)
+        if not sampled:
+            return []
+        tokens = sample(logits, [s.params for s in sampled], [s.generator for s in sampled],
+                        self.generator)
+        for seq, token in zip(sampled, tokens, strict=True):
+            self._append(seq, [token])
+        return sampled
+
+    def _run_speculative(self, seqs: list[Sequence]) -> list[Sequence]:
+        assert self.proposer is not None
+        # Never draft past the context or the request's token limit.
+        limits = [min(self.config.num_speculative_tokens,
+                      self.max_model_len - s.num_tokens,
+                      s.params.max_tokens - s.num_output_tokens - 1) for s in seqs]
+        proposals = self.proposer.propose(seqs, limits)
+        items = [StepItem([s.token_ids[-1], *p.tokens], s.num_computed_tokens, s.block_table,
+                          1 + len(p.tokens)) for s, p in zip(seqs, proposals, strict=True)]
+        logits = self.runner.run(items)
+        params = [s.params for s, p in zip(seqs, proposals, strict=True)
+                  for _ in range(1 + len(p.tokens))]
+        probs = logits_to_probs(logits, params)
+        row = 0
+        for seq, proposal in zip(seqs, proposals, strict=True):
+            k = len(proposal.tokens)
+            gen = seq.generator or self.generator
+            tokens = rejection_sample(probs[row:row + k + 1], proposal, gen)
+            row += k + 1
+            self._record_spec(k, len(tokens))
+            # The last verified token plus the accepted drafts now have target KV.
+            seq.num_computed_tokens += len(tokens)
+            seq.num_draft_computed = min(seq.num_draft_computed, seq.num_computed_tokens)
+            self._append(seq, tokens)
+            if not seq.is_finished:
+                self.block_manager.commit(seq)
+        return seqs
+
+    def _record_spec(self, drafted: int, emitted: int) -> None:
+        s = self.spec_stats
+        s.drafted += drafted
+        s.accepted += emitted - 1
+        s.emitted += emitted
+
+    def _append(self, seq: Sequence, tokens: list[int]) -> None:
+        for token in tokens:
+            seq.append_token(token)
+            reason = self._stop_reason(seq, token)
+            if reason is not None:
+                seq.finish_reason = reason
+                self.scheduler.finish(seq)
+                return
+        # Fewer tokens appended than computed cannot happen: a stop returns above.
+
+    def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
+        p = seq.params
+        if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_token_ids:
+            return FinishReason.STOP
+        if p.stop and self.tokenizer is not None:
+            text = self.tokenizer.decode(seq.output_token_ids)
+            hits = [text.find(s) for s in p.stop if s in text]
+            if hits:
+                seq.output_text = text[:min(hits)]
+                return FinishReason.STOP
+        if seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            return FinishReason.LENGTH
+        return None
+
+    # -- reporting ---------------------------------------------------------------------
+
+    def cache_usage(self) -> tuple[int, int, int]:
+        """(used blocks, total blocks, slots holding a running sequence's token)."""
+        running = self.scheduler.running
+        return (self.block_manager.num_used_blocks, self.block_manager.num_blocks,
+                sum(s.num_tokens for s in running))

@@ -1,0 +1,141 @@
+"""A Llama-family decoder (Llama, Mistral, Qwen2 layouts) over packed tokens.
+
+Shapes: T is the number of tokens in the step (all sequences packed), H query heads,
+KVH key/value heads, D head size. Projections are fused (q/k/v in one matmul, gate/up
+in another) because on CPU the number of matmul calls per layer, not their size,
+dominates small-batch decode time.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turboinfer.llm.attention import AttentionBatch, KVCache, dense_attention, paged_attention
+from turboinfer.llm.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class RotaryEmbedding(nn.Module):
+    """Precomputed cos/sin tables indexed by absolute position (the HF "rotate half" form)."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float()
+                                   / head_dim)
+        angles = torch.outer(torch.arange(max_positions).float(), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)                 # [P, D]
+        self.cos: torch.Tensor
+        self.sin: torch.Tensor
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, *xs: torch.Tensor) -> list[torch.Tensor]:
+        cos = self.cos[positions].unsqueeze(1).to(xs[0].dtype)       # [T, 1, D]
+        sin = self.sin[positions].unsqueeze(1).to(xs[0].dtype)
+        out = []
+        for x in xs:
+            half = x.shape[-1] // 2
+            rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+            out.append(x * cos + rotated * sin)
+        return out
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size,
+                                  bias=config.attention_bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.scale = self.head_dim ** -0.5
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+                batch: AttentionBatch | None, cache: tuple[torch.Tensor, torch.Tensor] | None,
+                ) -> torch.Tensor:
+        tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(tokens, self.num_heads, self.head_dim)
+        k = k.view(tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        q, k = rope(positions, q, k)
+        if batch is None or cache is None:
+            out = dense_attention(q, k, v, scale=self.scale)
+        else:
+            out = paged_attention(q, k, v, k_cache=cache[0], v_cache=cache[1], batch=batch,
+                                  scale=self.scale)
+        return self.o_proj(out.reshape(tokens, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.intermediate = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.intermediate, bias=False)
+        self.down_proj = nn.Linear(self.intermediate, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+
+class LlamaModel(nn.Module):
+    """Decoder plus LM head. ``forward`` returns hidden states; ``logits`` projects them."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.rope = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
+                                    config.rope_theta)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                batch: AttentionBatch | None = None, kv_cache: KVCache | None = None,
+                ) -> torch.Tensor:
+        """input_ids, positions: [T]. Without ``batch``/``kv_cache`` the tokens are one
+        sequence attended causally with no cache (perplexity, reference checks)."""
+        x = self.embed_tokens(input_ids)                             # [T, hidden]
+        for i, module in enumerate(self.layers):
+            layer: DecoderLayer = module  # type: ignore[assignment]
+            cache = None if kv_cache is None else (kv_cache.k[i], kv_cache.v[i])
+            h = layer.input_layernorm(x)
+            x = x + layer.self_attn(h, positions, self.rope, batch, cache)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()                          # [N, vocab]
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
+        c = self.config
+        return KVCache.allocate(num_layers=c.num_hidden_layers, num_blocks=num_blocks,
+                                block_size=block_size, num_kv_heads=c.num_key_value_heads,
+                                head_dim=c.head_dim, dtype=self.embed_tokens.weight.dtype)

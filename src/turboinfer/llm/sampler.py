@@ -1,0 +1,77 @@
+"""Logits to tokens: temperature, top-k, top-p, per-request random streams.
+
+Pure functions over a batch: each row of ``logits`` belongs to one request and carries
+its own parameters, so one call serves a whole decode step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+
+import torch
+
+from turboinfer.llm.sampling_params import SamplingParams
+
+
+def logits_to_probs(logits: torch.Tensor, params: Seq[SamplingParams]) -> torch.Tensor:
+    """[N, V] logits -> [N, V] probabilities after each row's temperature/top-k/top-p.
+
+    Greedy rows (temperature 0) become one-hot on the argmax, so that speculative
+    acceptance treats greedy and sampled requests with the same formula.
+    """
+    logits = logits.float()
+    vocab = logits.shape[1]
+    temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+    greedy = temps == 0
+    scaled = logits / torch.where(greedy, 1.0, temps)[:, None]
+    if any(p.top_k > 0 or p.top_p < 1 for p in params if not p.greedy):
+        scaled = _filter_top_k_top_p(scaled, params, vocab)
+    probs = torch.softmax(scaled, dim=-1)
+    if bool(greedy.any()):
+        onehot = torch.zeros_like(probs)
+        onehot.scatter_(1, logits.argmax(dim=-1, keepdim=True), 1.0)
+        probs = torch.where(greedy[:, None], onehot, probs)
+    return probs
+
+
+def _filter_top_k_top_p(scaled: torch.Tensor, params: Seq[SamplingParams],
+                        vocab: int) -> torch.Tensor:
+    top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params])
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)            # [N, V]
+    rank = torch.arange(vocab)[None, :]
+    remove = rank >= top_k[:, None]
+    sorted_probs = torch.softmax(sorted_logits.masked_fill(remove, float("-inf")), dim=-1)
+    # Drop a token once the mass before it already reaches top_p; the first always stays.
+    before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    remove |= before >= top_p[:, None]
+    remove[:, 0] = False
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    return torch.empty_like(scaled).scatter_(1, order, sorted_logits)
+
+
+def sample_from_probs(probs: torch.Tensor, generators: Seq[torch.Generator | None],
+                      default: torch.Generator) -> torch.Tensor:
+    """One token per row. Rows with their own generator draw from it (reproducible per
+    request regardless of batch mates); the rest share ``default`` in one batched call."""
+    out = torch.empty(probs.shape[0], dtype=torch.long)
+    shared = [i for i, g in enumerate(generators) if g is None]
+    if shared:
+        out[shared] = torch.multinomial(probs[shared], 1, generator=default).squeeze(1)
+    for i, gen in enumerate(generators):
+        if gen is not None:
+            out[i] = torch.multinomial(probs[i], 1, generator=gen)[0]
+    return out
+
+
+def sample(logits: torch.Tensor, params: Seq[SamplingParams],
+           generators: Seq[torch.Generator | None], default: torch.Generator) -> list[int]:
+    """[N, V] logits -> N token ids. An all-greedy batch is one argmax."""
+    if all(p.greedy for p in params):
+        return [int(t) for t in logits.argmax(dim=-1).tolist()]
+    probs = logits_to_probs(logits, params)
+    tokens = sample_from_probs(probs, generators, default)
+    greedy = [i for i, p in enumerate(params) if p.greedy]
+    if greedy:
+        tokens[greedy] = logits[greedy].argmax(dim=-1)
+    return [int(t) for t in tokens.tolist()]

@@ -1,0 +1,132 @@
+"""Speculative decoding: cheap proposals, one target forward to verify them all.
+
+Acceptance follows Leviathan et al. / Chen et al.: draft token d (drawn from q) is kept
+with probability min(1, p(d)/q(d)); at the first rejection a replacement is drawn from
+norm(max(0, p - q)); if all k are kept a bonus token is drawn from the target's next
+distribution. The result is distributed exactly as sampling from p alone. Greedy
+requests have one-hot p and q, which turns the rule into "keep while the target's
+argmax agrees", so greedy output is identical to plain greedy decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+import torch
+
+from turboinfer.llm.runner import ModelRunner, StepItem
+from turboinfer.llm.sampler import logits_to_probs, sample_from_probs
+from turboinfer.llm.sequence import Sequence
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]
+    probs: torch.Tensor | None  # [k, V] draft distribution; None: deterministic (one-hot)
+
+
+def rejection_sample(target_probs: torch.Tensor, proposal: Proposal,
+                     generator: torch.Generator | None = None) -> list[int]:
+    """target_probs: [k+1, V] for the positions after each draft token (and one more).
+
+    Returns the accepted draft tokens followed by one token from the target.
+    """
+    k = len(proposal.tokens)
+    if k == 0:
+        return [int(torch.multinomial(target_probs[0], 1, generator=generator))]
+    draft = torch.tensor(proposal.tokens, dtype=torch.long)
+    rows = torch.arange(k)
+    if proposal.probs is None:
+        q = torch.zeros(k, target_probs.shape[1])
+        q[rows, draft] = 1.0
+    else:
+        q = proposal.probs
+    p_d = target_probs[rows, draft]
+    q_d = q[rows, draft]
+    u = torch.rand(k, generator=generator)
+    # Strict "<" keeps u == 0 from accepting a token the target gives zero mass.
+    rejected = (u * q_d >= p_d).nonzero()
+    if rejected.numel() == 0:
+        return [*proposal.tokens, int(torch.multinomial(target_probs[k], 1, generator=generator))]
+    m = int(rejected[0, 0])
+    residual = (target_probs[m] - q[m]).clamp(min=0)
+    if float(residual.sum()) <= 0:
+        residual = target_probs[m]
+    return [*proposal.tokens[:m], int(torch.multinomial(residual, 1, generator=generator))]
+
+
+class NgramProposer:
+    """Prompt-lookup drafting: find the latest earlier occurrence of the sequence's last
+    n tokens (n from ``max_ngram`` down to 1) and propose the tokens that followed it."""
+
+    def __init__(self, max_ngram: int, num_tokens: int) -> None:
+        self.max_ngram = max_ngram
+        self.num_tokens = num_tokens
+
+    def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> list[Proposal]:
+        return [Proposal(self._lookup(s.token_ids, min(lim, self.num_tokens)), None)
+                for s, lim in zip(seqs, limits, strict=True)]
+
+    def _lookup(self, tokens: list[int], k: int) -> list[int]:
+        if k <= 0:
+            return []
+        total = len(tokens)
+        for n in range(min(self.max_ngram, total - 1), 0, -1):
+            suffix = tokens[total - n:]
+            for start in range(total - n - 1, -1, -1):
+                if tokens[start:start + n] == suffix:
+                    return tokens[start + n:start + n + k]
+        return []
+
+
+class DraftModelProposer:
+    """A small model with its own KV cache that shares the target's block tables (same
+    block size and count), so the scheduler's allocation covers both."""
+
+    def __init__(self, runner: ModelRunner, num_tokens: int) -> None:
+        self.runner = runner
+        self.num_tokens = num_tokens
+        self.generator = torch.Generator().manual_seed(0)
+
+    def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> list[Proposal]:
+        steps = max(min(lim, self.num_tokens) for lim in limits)
+        if steps <= 0:
+            return [Proposal([], None) for _ in seqs]
+        tokens: list[list[int]] = [[] for _ in seqs]
+        probs: list[list[torch.Tensor]] = [[] for _ in seqs]
+        # First step catches the draft cache up (prompt, accepted tokens); later steps
+        # feed back one proposed token each.
+        feeds = [s.token_ids[s.num_draft_computed:] for s in seqs]
+        starts = [s.num_draft_computed for s in seqs]
+        for step in range(steps):
+            active = [i for i, lim in enumerate(limits) if min(lim, self.num_tokens) > step]
+            items = [StepItem(feeds[i], starts[i], seqs[i].block_table, 1) for i in active]
+            logits = self.runner.run(items)
+            p = logits_to_probs(logits, [seqs[i].params for i in active])
+            drawn = sample_from_probs(p, [None] * len(active), self.generator).tolist()
+            for row, i in enumerate(active):
+                tokens[i].append(int(drawn[row]))
+                probs[i].append(p[row])
+                starts[i] += len(feeds[i])
+                feeds[i] = [int(drawn[row])]
+        for i, s in enumerate(seqs):
+            s.num_draft_computed = starts[i]
+        return [Proposal(t, torch.stack(pr) if pr else None) for t, pr in zip(tokens, probs,
+                                                                            strict=True)]
+
+
+@dataclass
+class SpecStats:
+    target_forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    emitted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.emitted / self.target_forwards if self.target_forwards else 0.0
