@@ -1,0 +1,215 @@
+"""Calibration data (the zoo's, the user's, or random on request) and activation ranges.
+
+Ranges are computed once per method with ONNX Runtime's calibrators and saved as ORT's
+calibration cache, so quantizing again (the other activation type, a mixed-precision
+step) reuses them instead of running the model over the data again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from onnxruntime.quantization import CalibrationDataReader, create_calibrator
+from onnxruntime.quantization import CalibrationMethod as OrtCalibration
+from onnxruntime.quantization.calibrate import save_tensors_data
+from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+from turboinfer.bench.inputs import random_feeds
+from turboinfer.engines.base import TensorSpec, format_shape
+from turboinfer.errors import ConfigError, InvalidInputError
+from turboinfer.optimize.settings import CalibrationMethod, OptimizeSettings
+
+log = logging.getLogger(__name__)
+
+Feeds = dict[str, np.ndarray]
+# Samples per calibrator call: bounds the memory the calibrator holds between merges.
+CHUNK = 64
+# Samples per model run when the batch axis is dynamic.
+BATCH = 16
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """Calibration inputs, first axis = samples, and where they came from."""
+
+    feeds: Feeds
+    source: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(next(iter(self.feeds.values())))
+
+    def slice(self, start: int, stop: int) -> Feeds:
+        return {name: value[start:stop] for name, value in self.feeds.items()}
+
+
+@dataclass(frozen=True)
+class CalibratorSpec:
+    """How one method maps onto ORT: its calibrator and the options it needs."""
+
+    ort_method: OrtCalibration
+    options: Callable[[OptimizeSettings], dict[str, Any]] = field(default=lambda s: {})
+    describe: Callable[[OptimizeSettings], str] = field(default=lambda s: "")
+
+
+CALIBRATORS: dict[CalibrationMethod, CalibratorSpec] = {
+    CalibrationMethod.MINMAX: CalibratorSpec(
+        OrtCalibration.MinMax, describe=lambda s: "observed min and max"),
+    CalibrationMethod.ENTROPY: CalibratorSpec(
+        OrtCalibration.Entropy,
+        options=lambda s: {"num_bins": s.entropy_bins, "num_quantized_bins": 128},
+        describe=lambda s: f"KL divergence over a {s.entropy_bins}-bin histogram"),
+    CalibrationMethod.PERCENTILE: CalibratorSpec(
+        OrtCalibration.Percentile,
+        options=lambda s: {"num_bins": s.entropy_bins, "percentile": s.percentile},
+        describe=lambda s: f"{s.percentile:g}th percentile of |x|"),
+}
+
+
+def load_calibration(entry: Any, specs: list[TensorSpec],
+                     settings: OptimizeSettings) -> CalibrationSet:
+    """The user's file, else the zoo entry's data, else random data when explicitly asked."""
+    wanted = settings.calib_count
+    if settings.calib_data is not None:
+        feeds, source = read_user_data(settings.calib_data), str(settings.calib_data)
+    elif entry is not None:
+        feeds, source = dict(entry.calibration(wanted)), f"builtin:{entry.name}"
+    elif settings.random_calibration:
+        log.warning("CALIBRATING ON RANDOM DATA: int8-static ranges and accuracy are "
+                    "meaningless for real inputs; pass --calib-data for a real model")
+        feeds, source = random_feeds(specs, wanted, seed=0), "random (requested)"
+    else:
+        raise ConfigError("no calibration data for this model: pass --calib-data PATH "
+                          "(.npz or a folder of .npy, one array per input name)")
+    feeds = conform(feeds, specs)
+    notes = []
+    available = len(next(iter(feeds.values())))
+    if available < wanted:
+        notes.append(f"calibrated on {available} samples: fewer than the {wanted} asked for "
+                     "exist")
+    feeds = {name: value[:wanted] for name, value in feeds.items()}
+    if source.startswith("random"):
+        notes.append("calibration data is random: accuracy of int8-static is not meaningful")
+    return CalibrationSet(feeds, source, tuple(notes))
+
+
+def read_user_data(path: Path) -> Feeds:
+    """``.npz`` with one array per input name, or a folder of ``NAME.npy``."""
+    if path.is_dir():
+        files = sorted(path.glob("*.npy"))
+        if not files:
+            raise ConfigError(f"calibration folder {path} holds no .npy files")
+        return {file.stem: np.load(file, allow_pickle=False) for file in files}
+    if path.suffix == ".npz" and path.is_file():
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    raise ConfigError(f"calibration data {path}: expected an .npz file or a folder of .npy")
+
+
+def conform(feeds: Mapping[str, np.ndarray], specs: list[TensorSpec]) -> Feeds:
+    """Check names and per-sample shapes against the model; cast to the input dtypes.
+
+    Axis 0 is the sample axis; every other fixed axis must match the model exactly.
+    """
+    expected = {spec.name for spec in specs}
+    unknown = sorted(set(feeds) - expected)
+    if unknown:
+        raise InvalidInputError(f"calibration data has input {unknown[0]!r}, which the model "
+                                f"lacks (model inputs: {', '.join(sorted(expected))})")
+    counts = set()
+    result = {}
+    for spec in specs:
+        if spec.name not in feeds:
+            raise InvalidInputError(f"calibration data lacks model input {spec.name!r}")
+        result[spec.name] = _conform_one(np.asarray(feeds[spec.name]), spec)
+        counts.add(len(result[spec.name]))
+    if len(counts) > 1:
+        raise InvalidInputError(f"calibration inputs have different sample counts: {counts}")
+    if counts == {0}:
+        raise InvalidInputError("calibration data holds no samples")
+    return result
+
+
+def _conform_one(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    sample_dims = spec.shape[1:]
+    bad_shape = array.ndim != len(spec.shape) or any(
+        isinstance(dim, int) and dim > 0 and dim != size
+        for dim, size in zip(sample_dims, array.shape[1:], strict=False)
+    )
+    if bad_shape:
+        raise InvalidInputError(
+            f"calibration input {spec.name!r} has shape {list(array.shape)}; the model expects "
+            f"samples x {format_shape(sample_dims)}")
+    same_kind = np.issubdtype(array.dtype, np.floating) == np.issubdtype(spec.dtype, np.floating)
+    if not same_kind:
+        raise InvalidInputError(f"calibration input {spec.name!r} is {array.dtype.name}, "
+                                f"the model expects {spec.dtype.name}")
+    return array.astype(spec.dtype, copy=False)
+
+
+class FeedReader(CalibrationDataReader):
+    """ORT's reader protocol over in-memory feeds, ``batch`` samples per run."""
+
+    def __init__(self, feeds: Feeds, batch: int) -> None:
+        self._feeds = feeds
+        self._batch = batch
+        self._iter = self._batches()
+
+    def _batches(self) -> Iterator[Feeds]:
+        count = len(next(iter(self._feeds.values())))
+        for start in range(0, count, self._batch):
+            yield {k: v[start : start + self._batch] for k, v in self._feeds.items()}
+
+    def get_next(self) -> Feeds | None:
+        return next(self._iter, None)
+
+    def rewind(self) -> None:
+        self._iter = self._batches()
+
+
+def run_batch(specs: list[TensorSpec]) -> int:
+    """Samples per run: several when every input's batch axis is dynamic, else one."""
+    dynamic = all(spec.shape and not isinstance(spec.shape[0], int) for spec in specs)
+    return BATCH if dynamic else 1
+
+
+def uniform_chunks(count: int, batch: int) -> Iterator[tuple[int, int]]:
+    """Sample ranges for one calibrator call each, every run in a call of the same size.
+
+    ORT's histogram collector stacks a call's outputs into one array, which fails when
+    the last batch is shorter; the remainder therefore gets a call of its own.
+    """
+    full = count // batch * batch
+    step = max(batch, CHUNK // batch * batch)
+    for start in range(0, full, step):
+        yield start, min(start + step, full)
+    if full < count:
+        yield full, count
+
+
+def compute_ranges(model_path: Path, calib: CalibrationSet, method: CalibrationMethod,
+                   settings: OptimizeSettings, specs: list[TensorSpec], cache: Path) -> Path:
+    """Run ``method`` over the calibration set; save the ranges as ORT's cache at ``cache``."""
+    spec = CALIBRATORS[method]
+    op_types = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
+    # The histogram collector prints progress to stdout, which belongs to --json output.
+    with contextlib.redirect_stdout(io.StringIO()):
+        calibrator = create_calibrator(
+            model_path, op_types,
+            augmented_model_path=str(cache.with_suffix(".augmented.onnx")),
+            calibrate_method=spec.ort_method, extra_options=spec.options(settings))
+        batch = run_batch(specs)
+        for start, stop in uniform_chunks(calib.count, batch):
+            calibrator.collect_data(FeedReader(calib.slice(start, stop), batch))
+        ranges = calibrator.compute_data()
+    save_tensors_data(ranges, cache)
+    cache.with_suffix(".augmented.onnx").unlink(missing_ok=True)
+    return cache

@@ -1,0 +1,80 @@
+"""Judging a variant: its metric on the evaluation set and its latency at batch 1.
+
+Both go through the engines' protocol, so a variant is measured exactly as it will be
+served; the timing loop is the benchmark's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from turboinfer.bench.inputs import random_feeds
+from turboinfer.bench.latency import time_runs
+from turboinfer.bench.stats import LatencyStats, summarize_ns
+from turboinfer.engines import EngineSettings, ModelArtifact, Session, load_session
+from turboinfer.optimize.settings import MeasureSettings
+
+
+@dataclass(frozen=True)
+class Judge:
+    """What every variant is judged on, built once per model."""
+
+    entry: Any  # ZooEntry | None: evaluation set and metric, when the model has them
+    evalset: Any  # EvalSet | None
+    feeds: Mapping[str, np.ndarray] | None  # batch-1 inputs; None: random from the specs
+    settings: MeasureSettings
+
+    @property
+    def has_metric(self) -> bool:
+        return self.entry is not None and self.evalset is not None
+
+
+def open_session(path: Path, engine: str = "onnxruntime",
+                 settings: EngineSettings | None = None) -> Session:
+    return load_session(ModelArtifact(path.stem, path), engine, settings or EngineSettings())
+
+
+def metric_of(path: Path, judge: Judge, engine: str = "onnxruntime") -> float | None:
+    if not judge.has_metric:
+        return None
+    session = open_session(path, engine)
+    return float(judge.entry.metric.compute(session.run, judge.evalset))
+
+
+def batch1_feeds(session: Session, judge: Judge) -> Mapping[str, np.ndarray]:
+    return judge.feeds if judge.feeds is not None else random_feeds(session.inputs, 1)
+
+
+def latency_of(path: Path, judge: Judge, engine_settings: EngineSettings | None = None
+               ) -> LatencyStats:
+    """p50/p99 at batch 1 on the judge's engine with default (or given) settings."""
+    session = open_session(path, judge.settings.engine, engine_settings)
+    feeds = batch1_feeds(session, judge)
+    durations = time_runs(session.run, feeds, min_runs=judge.settings.min_runs,
+                          min_seconds=judge.settings.min_seconds,
+                          warmup_runs=judge.settings.warmup_runs)
+    return summarize_ns(durations)
+
+
+def interleaved_p50(paths: Mapping[str, Path], judge: Judge, rounds: int = 3
+                    ) -> dict[str, float]:
+    """Median p50 per path over rounds that alternate between them.
+
+    On a shared machine a background burst hits one measurement; alternating spreads it
+    over all candidates, so a comparison between two files is fair.
+    """
+    sessions = {key: open_session(path, judge.settings.engine) for key, path in paths.items()}
+    feeds = {key: batch1_feeds(s, judge) for key, s in sessions.items()}
+    samples: dict[str, list[float]] = {key: [] for key in paths}
+    for _ in range(rounds):
+        for key, session in sessions.items():
+            durations = time_runs(session.run, feeds[key], min_runs=judge.settings.min_runs,
+                                  min_seconds=judge.settings.min_seconds / rounds,
+                                  warmup_runs=judge.settings.warmup_runs)
+            samples[key].append(summarize_ns(durations).p50_ms)
+    return {key: float(np.median(values)) for key, values in samples.items()}

@@ -1,0 +1,121 @@
+"""Mixed precision under an accuracy budget: the fewest float layers that meet it.
+
+Layers go back to float in a fixed order: first and last layer (the usual culprits),
+then by sensitivity. The number kept in float is found by bisection over that order,
+so the metric is evaluated O(log n) times, not once per layer.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from turboinfer.optimize.report import Built, OptimizeReport, VariantResult
+from turboinfer.optimize.sensitivity import best_static
+from turboinfer.optimize.settings import AccuracyBudget, Variant
+
+
+@dataclass(frozen=True)
+class MixedStep:
+    float_layers: int
+    metric: float
+    meets: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"float_layers": self.float_layers, "metric": self.metric, "meets": self.meets}
+
+
+@dataclass(frozen=True)
+class MixedResult:
+    met: bool
+    calibration: str
+    float_layers: tuple[str, ...]
+    steps: tuple[MixedStep, ...]
+    total_layers: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"met": self.met, "calibration": self.calibration,
+                "float_layers": list(self.float_layers), "total_layers": self.total_layers,
+                "steps": [s.to_dict() for s in self.steps], "reason": self.reason}
+
+
+def float_order(layers: tuple[str, ...], ranking: list[str]) -> list[str]:
+    """First and last layer, then the rest by sensitivity, then any left unranked."""
+    order = [layers[0], layers[-1], *ranking, *layers]
+    return list(dict.fromkeys(name for name in order if name in layers))
+
+
+def search(order: list[str], evaluate: Callable[[int], float], full: float,
+           meets: Callable[[float], bool]) -> tuple[int | None, list[MixedStep]]:
+    """Smallest k such that keeping ``order[:k]`` in float meets the budget, or None.
+
+    ``full`` is the metric with nothing in float. At least one layer stays quantized,
+    else the result would be the float model under another name.
+    """
+    steps = [MixedStep(0, full, meets(full))]
+    if steps[0].meets:
+        return 0, steps
+
+    def probe(k: int) -> bool:
+        value = evaluate(k)
+        steps.append(MixedStep(k, value, meets(value)))
+        return steps[-1].meets
+
+    highest = len(order) - 1
+    first = min(2, highest)
+    if first > 0 and probe(first):
+        return first, steps
+    low = first  # fails
+    if highest <= low or not probe(highest):
+        return None, steps
+    high = highest  # meets
+    while high - low > 1:
+        mid = (low + high) // 2
+        if probe(mid):
+            high = mid
+        else:
+            low = mid
+    return high, steps
+
+
+def add_mixed_precision(report: OptimizeReport, ctx: Any) -> OptimizeReport:
+    """Search, then judge the chosen model like any other variant and add it."""
+    from turboinfer.optimize.pipeline import judge
+
+    best = best_static(report)
+    budget: AccuracyBudget = ctx.settings.budget
+    reference = report.reference
+    if best is None or best.metric is None or reference.metric is None:
+        return report.with_notes("mixed precision: no calibrated int8-static model to start from")
+    higher = ctx.judge.entry.metric.higher_is_better
+    target: float = reference.metric
+    order = float_order(ctx.layers, [s.node for s in report.sensitivity])
+
+    def evaluate(k: int) -> float:
+        from turboinfer.optimize.measure import metric_of
+
+        path = ctx.static(best.calibration, ctx.work / f"mixed-{k}.onnx", tuple(order[:k]))
+        return metric_of(path, ctx.judge)  # type: ignore[return-value]
+
+    k, steps = search(order, evaluate, best.metric,
+                      lambda value: budget.meets(target, value, higher))
+    method = best.calibration.value
+    if k is None:
+        reason = (f"no mixed-precision model meets the budget ({budget}) with at least one "
+                  "layer quantized: the FP32 model is the answer")
+        result = MixedResult(False, method, (), tuple(steps), len(order), reason)
+        return replace(report, mixed=result).with_notes(reason)
+    path = ctx.out / "mixed.onnx"
+    if k == 0:
+        shutil.copyfile(best.path, path)
+    else:
+        shutil.copyfile(ctx.work / f"mixed-{k}.onnx", path)
+    reason = f"{k} of {len(order)} layers kept in float to meet the budget ({budget})"
+    result = MixedResult(True, method, tuple(order[:k]), tuple(steps), len(order), reason)
+    built = Built("mixed", Variant.MIXED, path, calibration=best.calibration,
+                  details={"float_layers": list(order[:k])})
+    mixed: VariantResult = judge(built, ctx, reference)
+    return replace(report, mixed=result, variants=(*report.variants, mixed))

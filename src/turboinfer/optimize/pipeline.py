@@ -1,0 +1,192 @@
+"""``optimize``: build the requested variants, judge each against FP32, write report.json."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from turboinfer.errors import ConfigError
+from turboinfer.models.onnx_file import check_onnx, input_specs
+from turboinfer.optimize.activation import MachineFacts, decide_activation, machine_facts
+from turboinfer.optimize.calibration import load_calibration
+from turboinfer.optimize.measure import Judge, latency_of, metric_of
+from turboinfer.optimize.quantize import prepare, weighted_nodes
+from turboinfer.optimize.report import (
+    ActivationDecision,
+    Built,
+    MetricInfo,
+    OptimizeReport,
+    VariantResult,
+)
+from turboinfer.optimize.settings import OptimizeSettings, Variant
+from turboinfer.optimize.variants import BUILDERS, NOTHING_TO_QUANTIZE, Context
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+def ensure_writable(path: Path) -> Path:
+    """Create ``path`` and prove a file can be written there, before any slow work."""
+    probe = path / f".turboinfer-{uuid.uuid4().hex[:8]}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"cannot write to output directory {path}: {reason}") from None
+    return path
+
+
+def resolve(model: Any) -> Any:
+    """A ``ResolvedModel`` from ``builtin:NAME``, an ONNX path, or one already resolved."""
+    if hasattr(model, "artifact"):
+        return model
+    from turboinfer.models import resolve_model
+
+    return resolve_model(str(model))
+
+
+def run_optimize(model: Any, output_dir: Path, settings: OptimizeSettings,
+                 progress: Progress | None = None) -> OptimizeReport:
+    say = progress or (lambda message: log.info("%s", message))
+    resolved = resolve(model)
+    out = ensure_writable(Path(output_dir))
+    facts = machine_facts()
+    with tempfile.TemporaryDirectory(prefix=".work-", dir=out) as tmp:
+        ctx = _context(resolved, out, Path(tmp), settings, facts, say)
+        reference = judge_reference(ctx, resolved.name)
+        results = [reference]
+        for variant in settings.variants:
+            say(f"building {variant.value}")
+            for built in BUILDERS[variant](ctx):
+                results.append(judge(built, ctx, reference))
+        report = OptimizeReport(
+            model=resolved.name, metric=_metric_info(resolved.entry, ctx.judge),
+            variants=tuple(results), output_dir=out,
+            budget=str(settings.budget) if settings.budget else None,
+            activation=ctx.activation if settings.needs_calibration and ctx.layers else None,
+            calibration=_calibration_info(ctx), notes=_notes(ctx, resolved.entry),
+            machine=facts.summary)
+        report = _precision_steps(report, ctx, say)
+    report.write()
+    return report
+
+
+def _context(resolved: Any, out: Path, work: Path, settings: OptimizeSettings,
+             facts: MachineFacts, say: Progress) -> Context:
+    source = Path(resolved.artifact.onnx_path)
+    specs = input_specs(check_onnx(source))
+    say("preparing the float model")
+    base = prepare(source, work / "base.onnx")
+    import onnx
+
+    layers = tuple(weighted_nodes(onnx.load(str(base), load_external_data=False)))
+    entry = resolved.entry
+    judge = Judge(entry, entry.evaluation() if entry is not None else None,
+                  entry.example_inputs(1) if entry is not None else None, settings.measure)
+    calib = None
+    if settings.needs_calibration and layers:
+        calib = load_calibration(entry, specs, settings)
+    ctx = Context(source, base, out, work, settings, judge, specs, layers, calib,
+                  ActivationDecision(facts.activation, facts.activation), facts.fast_fp16)
+    if calib is not None:
+        say("choosing the activation type")
+        ctx = replace(ctx, activation=decide_activation(ctx, facts.activation))
+    return ctx
+
+
+def judge_reference(ctx: Context, name: str) -> VariantResult:
+    metric = metric_of(ctx.source, ctx.judge)
+    return VariantResult("fp32", Variant.FP32, ctx.source, _size(ctx.source), metric,
+                         0.0 if metric is not None else None,
+                         True if ctx.settings.budget and metric is not None else None,
+                         latency_of(ctx.source, ctx.judge))
+
+
+def judge(built: Built, ctx: Context, reference: VariantResult) -> VariantResult:
+    if built.path is None:
+        return VariantResult(built.name, built.variant, skipped=built.skipped,
+                             calibration=built.calibration, details=built.details)
+    metric = metric_of(built.path, ctx.judge)
+    delta = within = None
+    if metric is not None and reference.metric is not None:
+        delta = metric - reference.metric
+        if ctx.settings.budget is not None:
+            info = ctx.judge.entry.metric
+            within = ctx.settings.budget.meets(reference.metric, metric, info.higher_is_better)
+    return VariantResult(built.name, built.variant, built.path, _size(built.path), metric,
+                         delta, within, latency_of(built.path, ctx.judge),
+                         calibration=built.calibration, details=built.details)
+
+
+def _precision_steps(report: OptimizeReport, ctx: Context, say: Progress) -> OptimizeReport:
+    """Sensitivity ranking and the mixed-precision search, when asked and possible."""
+    from turboinfer.optimize.mixed import add_mixed_precision
+    from turboinfer.optimize.sensitivity import add_sensitivity
+
+    if ctx.calib is None or Variant.INT8_STATIC not in ctx.settings.variants:
+        return report
+    if ctx.settings.sensitivity or ctx.settings.budget is not None:
+        say("ranking layer sensitivity")
+        report = add_sensitivity(report, ctx)
+    if ctx.settings.budget is not None and ctx.judge.has_metric:
+        say("searching mixed precision under the budget")
+        report = add_mixed_precision(report, ctx)
+    return report
+
+
+def _size(path: Path) -> int:
+    data = path.with_name(path.name + ".data")
+    return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)
+
+
+def _metric_info(entry: Any, judge: Judge) -> MetricInfo | None:
+    if not judge.has_metric:
+        return None
+    metric = entry.metric
+    return MetricInfo(metric.name, metric.unit, metric.higher_is_better)
+
+
+def _calibration_info(ctx: Context) -> dict[str, Any]:
+    if ctx.calib is None:
+        return {}
+    return {"source": ctx.calib.source, "count": ctx.calib.count,
+            "methods": [m.value for m in ctx.settings.calibrations],
+            "notes": list(ctx.calib.notes)}
+
+
+def _notes(ctx: Context, entry: Any) -> tuple[str, ...]:
+    notes: list[str] = []
+    if not ctx.layers:
+        notes.append(f"{NOTHING_TO_QUANTIZE}; the FP32 model is the answer")
+    if entry is None:
+        notes.append("no evaluation set for this model: accuracy is not measured")
+    elif getattr(entry, "random_weights", False):
+        notes.append("the model has random weights: metrics compare variants to FP32 only")
+    if ctx.calib is not None:
+        notes.extend(ctx.calib.notes)
+    return tuple(notes)
+
+
+def settings_from(variants: Sequence[str] | None = None, **fields: Any) -> OptimizeSettings:
+    """Settings from API keywords, with the same parsing as the command line."""
+    from turboinfer.optimize.settings import AccuracyBudget, parse_calibrations, parse_variants
+
+    values = {k: v for k, v in fields.items() if v is not None}
+    if variants is not None:
+        values["variants"] = parse_variants(list(variants))
+    if "calibrations" in values:
+        values["calibrations"] = parse_calibrations(list(values["calibrations"]))
+    budget = values.pop("max_accuracy_drop", None)
+    if budget is not None:
+        values["budget"] = AccuracyBudget.parse(str(budget))
+    if "calib_data" in values:
+        values["calib_data"] = Path(values["calib_data"])
+    return OptimizeSettings(**values)
