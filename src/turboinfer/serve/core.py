@@ -1,0 +1,165 @@
+"""The server without its transports: what HTTP and gRPC handlers both call.
+
+Descriptions (metadata, config, statistics) are plain dicts in Triton's JSON shapes; the
+gRPC service turns the same dicts into protobuf messages, so both protocols always agree.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from turboinfer import __version__
+from turboinfer.errors import ConfigError, UnavailableError, UnknownModelError
+from turboinfer.serve.metrics import Metrics
+from turboinfer.serve.protocol import InferRequest, datatype_of
+from turboinfer.serve.repository import Repository
+from turboinfer.serve.version import ServedVersion
+
+EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "schedule_policy"]
+DEFAULT_ZOO_MODELS = ("digits-cnn", "resnet18")
+
+
+class ModelControl(str, enum.Enum):
+    NONE = "none"  # the repository is read once at start
+    POLL = "poll"  # rescanned every poll_seconds; the load/unload API works too
+    EXPLICIT = "explicit"  # changes only through the load/unload API
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    repository: Path | None = None  # None: serve the built-in zoo
+    zoo_models: tuple[str, ...] = DEFAULT_ZOO_MODELS  # zoo models built and loaded at start
+    host: str = "127.0.0.1"
+    http_port: int = 8000  # 0: any free port
+    grpc_port: int | None = 8001  # None: no gRPC
+    model_control: ModelControl = ModelControl.EXPLICIT
+    poll_seconds: float = 5.0
+    max_body_bytes: int = 64 * 1024 * 1024
+    drain_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.poll_seconds <= 0:
+            raise ConfigError("poll seconds must be > 0")
+        if self.max_body_bytes < 1024:
+            raise ConfigError("the request body limit must be at least 1024 bytes")
+
+
+class ServerCore:
+    def __init__(self, settings: ServerSettings, repository: Repository,
+                 metrics: Metrics) -> None:
+        self.settings = settings
+        self.repository = repository
+        self.metrics = metrics
+        self.started = False
+        self.draining = False
+        self.active = 0  # infer calls inside the server, counted for the drain
+
+    @property
+    def ready(self) -> bool:
+        return self.started and not self.draining
+
+    async def infer(self, model: str, version: str | None,
+                    request: InferRequest) -> tuple[ServedVersion, dict[str, np.ndarray]]:
+        if self.draining:
+            raise UnavailableError("the server is shutting down")
+        served = self.repository.get(model, version)
+        self.active += 1
+        try:
+            return served, await served.infer(request)
+        finally:
+            self.active -= 1
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "turboinfer", "version": __version__, "extensions": EXTENSIONS}
+
+    def model_metadata(self, model: str, version: str | None) -> dict[str, Any]:
+        served = self.repository.get(model, version)
+        versions = sorted(self.repository.models[model].versions)
+        return {"name": model, "versions": [str(v) for v in versions],
+                "platform": served.platform, **served.tensor_metadata()}
+
+    def model_ready(self, model: str, version: str | None) -> bool:
+        try:
+            self.repository.get(model, version)
+        except (UnknownModelError, UnavailableError):
+            return False
+        return True
+
+    def model_config(self, model: str, version: str | None) -> dict[str, Any]:
+        return triton_config(self.repository.get(model, version))
+
+    def statistics(self, model: str | None, version: str | None) -> dict[str, Any]:
+        if model:
+            if version:
+                served = [self.repository.get(model, version)]
+            else:
+                state = self.repository.models.get(model)
+                if state is None:
+                    raise UnknownModelError(f"unknown model {model!r}")
+                served = [state.versions[v] for v in sorted(state.versions)]
+        else:
+            served = [state.versions[v] for _, state in sorted(self.repository.models.items())
+                      for v in sorted(state.versions)]
+        return {"model_stats": [s.stats.to_dict() for s in served]}
+
+    async def load(self, model: str) -> None:
+        self._check_control("load")
+        await self.repository.load(model)
+
+    async def unload(self, model: str) -> None:
+        self._check_control("unload")
+        await self.repository.unload(model)
+
+    def _check_control(self, action: str) -> None:
+        if self.settings.model_control is ModelControl.NONE:
+            raise UnavailableError(f"cannot {action} models: the server runs with "
+                                   "--model-control none")
+
+
+_TYPES = {"BYTES": "TYPE_STRING"}
+
+
+def triton_config(served: ServedVersion) -> dict[str, Any]:
+    """The version's configuration as Triton's model configuration JSON."""
+    config = served.config
+    batching = config.max_batch_size > 0
+
+    def tensor(spec: Any) -> dict[str, Any]:
+        dims = [d if isinstance(d, int) else -1 for d in spec.shape]
+        datatype = datatype_of(spec.dtype)
+        return {"name": spec.name, "data_type": _TYPES.get(datatype, f"TYPE_{datatype}"),
+                "dims": dims[1:] if batching else dims}
+
+    result: dict[str, Any] = {
+        "name": served.name, "platform": served.platform, "backend": config.engine,
+        "max_batch_size": config.max_batch_size,
+        "input": [tensor(s) for s in served.inputs],
+        "output": [tensor(s) for s in served.outputs],
+        "instance_group": [{"count": config.instances, "kind": "KIND_CPU"}],
+        "version_policy": _version_policy(served),
+    }
+    settings = served.batcher.settings
+    if batching:
+        policy: dict[str, Any] = {"max_queue_size": settings.max_queue_size}
+        if settings.default_timeout_s is not None:
+            policy["default_timeout_microseconds"] = int(settings.default_timeout_s * 1e6)
+        result["dynamic_batching"] = {
+            "preferred_batch_size": list(settings.preferred_batch_sizes),
+            "max_queue_delay_microseconds": int(settings.max_queue_delay_s * 1e6),
+            "default_queue_policy": policy,
+        }
+    return result
+
+
+def _version_policy(served: ServedVersion) -> dict[str, Any]:
+    policy = served.config.version_policy
+    if policy.all:
+        return {"all": {}}
+    if policy.specific is not None:
+        return {"specific": {"versions": list(policy.specific)}}
+    return {"latest": {"num_versions": policy.latest or 1}}

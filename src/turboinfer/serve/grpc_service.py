@@ -1,0 +1,179 @@
+"""``inference.GRPCInferenceService`` (KServe v2 / Triton gRPC) on ``grpc.aio``.
+
+The message classes are the protocol's own generated definitions as shipped with
+tritonclient. The service runs on the HTTP server's event loop, so both transports share
+one batcher per model version. Descriptions come from ``ServerCore`` as Triton's JSON and
+are parsed into the messages, so gRPC and HTTP always agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+
+from turboinfer.errors import InvalidInputError, TurboinferError
+from turboinfer.serve.core import ServerCore
+from turboinfer.serve.protocol import (
+    DATATYPES,
+    InferRequest,
+    RequestedOutput,
+    datatype_of,
+    from_raw,
+    raw_bytes,
+)
+
+_STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
+           413: grpc.StatusCode.RESOURCE_EXHAUSTED, 422: grpc.StatusCode.INVALID_ARGUMENT,
+           500: grpc.StatusCode.INTERNAL, 501: grpc.StatusCode.UNIMPLEMENTED,
+           503: grpc.StatusCode.UNAVAILABLE}
+# Typed (non-raw) contents fields by datatype, for clients that do not send raw bytes.
+_CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
+             "INT32": "int_contents", "INT64": "int64_contents", "UINT8": "uint_contents",
+             "UINT16": "uint_contents", "UINT32": "uint_contents", "UINT64": "uint64_contents",
+             "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents"}
+
+T = TypeVar("T")
+
+
+async def _guard(context: grpc.aio.ServicerContext, call: Callable[[], Awaitable[T]]) -> T:
+    """Run ``call``; a domain error becomes the gRPC status of its HTTP status."""
+    try:
+        return await call()
+    except TurboinferError as exc:
+        await context.abort(_STATUS.get(exc.http_status, grpc.StatusCode.UNKNOWN), exc.message)
+        raise  # abort raises; this line only satisfies the type checker
+
+
+def decode_infer(request: Any) -> InferRequest:
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise InvalidInputError(f"{len(raw)} raw_input_contents for {len(request.inputs)} "
+                                "inputs")
+    inputs: dict[str, np.ndarray] = {}
+    for index, tensor in enumerate(request.inputs):
+        dtype = DATATYPES.get(tensor.datatype)
+        if dtype is None:
+            raise InvalidInputError(f"input {tensor.name!r}: unknown datatype "
+                                    f"{tensor.datatype!r}")
+        shape = tuple(tensor.shape)
+        if any(d < 0 for d in shape):
+            raise InvalidInputError(f"input {tensor.name!r}: negative dimension in {shape}")
+        if raw:
+            inputs[tensor.name] = from_raw(tensor.name, raw[index], dtype, shape)
+        else:
+            inputs[tensor.name] = _from_contents(tensor, dtype, shape)
+    params = request.parameters
+    decoded = InferRequest(inputs=inputs, id=request.id or None)
+    if "priority" in params:
+        decoded.priority = int(params["priority"].uint64_param or params["priority"].int64_param)
+    if "timeout" in params and params["timeout"].int64_param > 0:
+        decoded.timeout_s = params["timeout"].int64_param / 1e6  # microseconds
+    if request.outputs:
+        decoded.outputs = [RequestedOutput(o.name, True) for o in request.outputs]
+    return decoded
+
+
+def _from_contents(tensor: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    field = _CONTENTS.get(tensor.datatype)
+    if field is None:
+        raise InvalidInputError(f"input {tensor.name!r}: {tensor.datatype} must be sent in "
+                                "raw_input_contents")
+    values = list(getattr(tensor.contents, field))
+    array = np.array(values, dtype=dtype)
+    expected = int(np.prod(shape))
+    if array.size != expected:
+        raise InvalidInputError(f"input {tensor.name!r} has {array.size} elements, shape "
+                                f"{list(shape)} needs {expected}")
+    return array.reshape(shape)
+
+
+def encode_infer(model: str, version: str, request: InferRequest,
+                 outputs: dict[str, np.ndarray]) -> Any:
+    names = [o.name for o in request.outputs] if request.outputs else list(outputs)
+    response = service_pb2.ModelInferResponse(model_name=model, model_version=version,
+                                              id=request.id or "")
+    for name in names:
+        array = outputs[name]
+        response.outputs.add(name=name, datatype=datatype_of(array.dtype), shape=array.shape)
+        data = raw_bytes(array)
+        response.raw_output_contents.append(data if isinstance(data, bytes) else data.tobytes())
+    return response
+
+
+class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, core: ServerCore) -> None:
+        self.core = core
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerReadyResponse(ready=self.core.ready)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        ready = self.core.model_ready(request.name, request.version or None)
+        return service_pb2.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        return json_format.ParseDict(self.core.server_metadata(),
+                                     service_pb2.ServerMetadataResponse())
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            data = self.core.model_metadata(request.name, request.version or None)
+            return json_format.ParseDict(data, service_pb2.ModelMetadataResponse())
+        return await _guard(context, call)
+
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            data = self.core.model_config(request.name, request.version or None)
+            config = json_format.ParseDict(data, model_config_pb2.ModelConfig())
+            return service_pb2.ModelConfigResponse(config=config)
+        return await _guard(context, call)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            data = self.core.statistics(request.name or None, request.version or None)
+            return json_format.ParseDict(data, service_pb2.ModelStatisticsResponse(),
+                                         ignore_unknown_fields=True)
+        return await _guard(context, call)
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            decoded = decode_infer(request)
+            served, outputs = await self.core.infer(request.model_name,
+                                                    request.model_version or None, decoded)
+            return encode_infer(served.name, served.label, decoded, outputs)
+        return await _guard(context, call)
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        return json_format.ParseDict({"models": self.core.repository.index()},
+                                     service_pb2.RepositoryIndexResponse())
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            await self.core.load(request.model_name)
+            return service_pb2.RepositoryModelLoadResponse()
+        return await _guard(context, call)
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            await self.core.unload(request.model_name)
+            return service_pb2.RepositoryModelUnloadResponse()
+        return await _guard(context, call)
+
+
+async def start_grpc(core: ServerCore, host: str, port: int) -> tuple[Any, int]:
+    """Start the service; returns the server and the bound port (``port`` 0: any)."""
+    limit = core.settings.max_body_bytes
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+                                      ("grpc.max_send_message_length", -1)])
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(core), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    return server, bound

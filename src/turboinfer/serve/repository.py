@@ -1,0 +1,249 @@
+"""The model repository at run time: which versions serve, loading, blue-green swaps.
+
+A (re)load is blue-green: the new versions are built and warmed up while the old ones
+keep serving; then the routing table is replaced in one assignment on the event loop,
+and each retired version drains (its queued and running requests finish on it) before
+it is freed. If any new version fails to load or warm up, no old version is retired,
+and the failure is kept for the repository index and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from turboinfer.errors import (
+    InvalidInputError,
+    ModelLoadError,
+    TurboinferError,
+    UnavailableError,
+    UnknownModelError,
+)
+from turboinfer.serve.config import Canary
+from turboinfer.serve.metrics import Metrics
+from turboinfer.serve.sources import ModelSource, Snapshot, scan_directory
+from turboinfer.serve.version import ServedVersion
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelState:
+    source: ModelSource
+    snapshot: Snapshot | None = None
+    versions: dict[int, ServedVersion] = field(default_factory=dict)
+    failures: dict[int, str] = field(default_factory=dict)
+    error: str | None = None  # a model-level problem (e.g. an invalid config.yaml)
+    latest: ServedVersion | None = None
+    stable: ServedVersion | None = None  # with a canary: the newest non-canary version
+    canary: ServedVersion | None = None
+    canary_percent: float = 0.0
+    canary_credit: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def install(self, versions: dict[int, ServedVersion], canary: Canary | None) -> None:
+        self.versions = versions
+        self.latest = versions[max(versions)] if versions else None
+        self.canary = versions.get(canary.version) if canary else None
+        canary_number = self.canary.version if self.canary else None
+        others = [v for v in versions if v != canary_number]
+        self.stable = versions[max(others)] if others else None
+        self.canary_percent = canary.percent if canary and self.canary else 0.0
+
+    def route(self) -> ServedVersion | None:
+        if self.canary_percent and self.stable is not None:
+            # A credit counter instead of a coin flip: the split is exact over any window.
+            self.canary_credit += self.canary_percent
+            if self.canary_credit >= 100.0:
+                self.canary_credit -= 100.0
+                return self.canary
+            return self.stable
+        return self.latest
+
+
+class Repository:
+    def __init__(self, sources: dict[str, ModelSource], metrics: Metrics,
+                 root: Path | None = None, drain_timeout_s: float = 30.0) -> None:
+        self.models = {name: ModelState(source) for name, source in sources.items()}
+        self.metrics = metrics
+        self.root = root
+        self.drain_timeout_s = drain_timeout_s
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    # --- the hot path -------------------------------------------------------------
+    def get(self, name: str, version: str | None = None) -> ServedVersion:
+        state = self.models.get(name)
+        if state is None:
+            raise UnknownModelError(f"unknown model {name!r}")
+        if not version:
+            served = state.route()
+            if served is None:
+                raise UnavailableError(f"model {name!r} is not ready: {self._why(state)}")
+            return served
+        try:
+            served = state.versions.get(int(version))
+        except ValueError:
+            raise InvalidInputError(f"model version must be an integer, got {version!r}") from None
+        if served is None:
+            ready = ", ".join(str(v) for v in sorted(state.versions)) or "none"
+            raise UnknownModelError(
+                f"model {name!r} has no ready version {version} (ready: {ready})")
+        return served
+
+    # --- loading --------------------------------------------------------------------
+    async def load_all(self) -> None:
+        results = await asyncio.gather(*(self.load(name) for name in list(self.models)),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, TurboinferError):
+                raise result
+
+    async def load(self, name: str) -> None:
+        """Load or reload ``name`` from its source; raise if no version ends up ready."""
+        state = self.models.get(name)
+        if state is None and self.root is not None:
+            state = await self._discover(name)
+        if state is None:
+            raise UnknownModelError(f"unknown model {name!r}")
+        async with state.lock:
+            try:
+                snapshot = await asyncio.to_thread(state.source.read)
+            except TurboinferError as exc:
+                state.error = str(exc)
+                log.error("model %s: %s", name, exc)
+                raise
+            await self._apply(state, snapshot)
+
+    async def _discover(self, name: str) -> ModelState | None:
+        assert self.root is not None
+        sources = await asyncio.to_thread(scan_directory, self.root)
+        if name not in sources:
+            return None
+        return self.models.setdefault(name, ModelState(sources[name]))
+
+    async def _apply(self, state: ModelState, snapshot: Snapshot) -> None:
+        name, config = state.source.name, snapshot.config
+        wanted = config.version_policy.select(list(snapshot.versions))
+        old_snapshot = state.snapshot
+        keep: dict[int, ServedVersion] = {}
+        failures: dict[int, str] = {}
+        for version in wanted:
+            current = state.versions.get(version)
+            if current is not None and old_snapshot is not None and \
+                    old_snapshot.config == config and \
+                    old_snapshot.versions.get(version) == snapshot.versions[version]:
+                keep[version] = current
+                continue
+            try:
+                keep[version] = await self._load_version(state, version, snapshot)
+            except Exception as exc:  # any failure must leave the old versions serving
+                failures[version] = str(exc) if isinstance(exc, TurboinferError) else repr(exc)
+                log.error("model %s version %d failed to load: %s", name, version,
+                          failures[version])
+        if failures:
+            for version, current in state.versions.items():
+                keep.setdefault(version, current)
+        retired = [v for k, v in state.versions.items() if keep.get(k) is not v]
+        state.install(keep, config.canary)
+        state.snapshot, state.failures, state.error = snapshot, failures, None
+        self._retire(retired)
+        if not keep:
+            reason = next(iter(failures.values()), "no version folder holds a model")
+            state.error = reason
+            raise ModelLoadError(f"model {name!r}: {reason}")
+
+    async def _load_version(self, state: ModelState, version: int,
+                            snapshot: Snapshot) -> ServedVersion:
+        artifact = await asyncio.to_thread(state.source.artifact, version, snapshot.config)
+        served = await ServedVersion.load(state.source.name, version, artifact,
+                                          snapshot.config, self.metrics)
+        log.info("model %s version %d ready", state.source.name, version)
+        return served
+
+    async def unload(self, name: str) -> None:
+        state = self.models.get(name)
+        if state is None:
+            raise UnknownModelError(f"unknown model {name!r}")
+        async with state.lock:
+            retired = list(state.versions.values())
+            state.install({}, None)
+            state.snapshot, state.failures, state.error = None, {}, "unloaded"
+            self._retire(retired)
+
+    def _retire(self, versions: list[ServedVersion]) -> None:
+        self._update_gauge()
+        for served in versions:
+            task = asyncio.get_running_loop().create_task(self._retire_one(served))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+
+    async def _retire_one(self, served: ServedVersion) -> None:
+        await served.retire(self.drain_timeout_s)
+        self.metrics.forget(served.name, served.label)
+        log.info("model %s version %s retired", served.name, served.label)
+
+    def _update_gauge(self) -> None:
+        self.metrics.loaded.set(sum(len(s.versions) for s in self.models.values()))
+
+    # --- polling ------------------------------------------------------------------------
+    async def poll_once(self) -> None:
+        """Pick up new, changed and removed models and versions under the root."""
+        if self.root is None:
+            return
+        sources = await asyncio.to_thread(scan_directory, self.root)
+        for name in [n for n in self.models if n not in sources]:
+            await self.unload(name)
+            del self.models[name]
+        for name, source in sources.items():
+            state = self.models.setdefault(name, ModelState(source))
+            try:
+                snapshot = await asyncio.to_thread(source.read)
+            except TurboinferError as exc:
+                if state.error != str(exc):
+                    state.error = str(exc)
+                    log.error("model %s: %s", name, exc)
+                continue
+            if snapshot != state.snapshot and state.error != "unloaded":
+                async with state.lock:
+                    # A failure is recorded in the state for the index; keep polling.
+                    with contextlib.suppress(TurboinferError):
+                        await self._apply(state, snapshot)
+
+    async def close(self) -> None:
+        for name in list(self.models):
+            await self.unload(name)
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+
+    # --- description -----------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return sum(v.batcher.in_flight for s in self.models.values() for v in s.versions.values())
+
+    def ready(self, name: str) -> bool:
+        state = self.models.get(name)
+        return state is not None and bool(state.versions)
+
+    def index(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        for name, state in sorted(self.models.items()):
+            numbers = sorted(set(state.versions) | set(state.failures))
+            for number in numbers:
+                entry = {"name": name, "version": str(number), "state": "READY",
+                         "reason": state.error or ""}
+                if number in state.failures:
+                    entry["reason"] = state.failures[number]
+                    if number not in state.versions:
+                        entry["state"] = "UNAVAILABLE"
+                entries.append(entry)
+            if not numbers:
+                entries.append({"name": name, "state": "UNAVAILABLE",
+                                "reason": self._why(state)})
+        return entries
+
+    def _why(self, state: ModelState) -> str:
+        return state.error or "not loaded"

@@ -1,0 +1,151 @@
+"""Running the server: one event loop for HTTP (uvicorn), gRPC and the batchers.
+
+Lifecycle: sockets are bound first (``/v2/health/live`` answers while models load), the
+repository loads, then ``ready`` turns true. On SIGTERM or SIGINT the server stops taking
+inference requests (``ready`` false, new infers get 503), waits for the ones in flight,
+then closes the listeners and frees the models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable, Coroutine, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+
+from turboinfer.serve.app import create_app
+from turboinfer.serve.core import ModelControl, ServerCore, ServerSettings
+from turboinfer.serve.metrics import Metrics
+from turboinfer.serve.repository import Repository
+from turboinfer.serve.sources import ModelSource, scan_directory, zoo_sources
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Bound:
+    host: str
+    http_port: int
+    grpc_port: int | None
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the drain below owns SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _sources(settings: ServerSettings) -> dict[str, ModelSource]:
+    if settings.repository is not None:
+        return scan_directory(settings.repository)
+    return zoo_sources(list(settings.zoo_models))
+
+
+def build_core(settings: ServerSettings) -> ServerCore:
+    metrics = Metrics()
+    repository = Repository(_sources(settings), metrics, root=settings.repository,
+                            drain_timeout_s=settings.drain_timeout_s)
+    return ServerCore(settings, repository, metrics)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _uvicorn_config(core: ServerCore) -> uvicorn.Config:
+    return uvicorn.Config(
+        create_app(core), log_level="warning", access_log=False, lifespan="off",
+        loop="none", http="auto", timeout_graceful_shutdown=int(core.settings.drain_timeout_s),
+        # Keep-alive long enough that benchmark and client pools are never torn down.
+        timeout_keep_alive=30,
+    )
+
+
+async def serve(settings: ServerSettings, on_ready: Callable[[Bound], None] | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set or a SIGTERM/SIGINT arrives (main thread only)."""
+    core = build_core(settings)
+    stop = stop or asyncio.Event()
+    _install_signals(stop)
+    sock = _listen(settings.host, settings.http_port)
+    http = _Uvicorn(_uvicorn_config(core))
+    http_task = asyncio.create_task(http.serve(sockets=[sock]))
+    grpc_server, grpc_port = None, None
+    if settings.grpc_port is not None:
+        from turboinfer.serve.grpc_service import start_grpc
+
+        grpc_server, grpc_port = await start_grpc(core, settings.host, settings.grpc_port)
+    background: list[asyncio.Task[None]] = []
+    try:
+        await core.repository.load_all()
+        core.started = True
+        if settings.model_control is ModelControl.POLL:
+            background.append(asyncio.create_task(_poll(core)))
+        if on_ready is not None:
+            on_ready(Bound(settings.host, sock.getsockname()[1], grpc_port))
+        await _wait_for(stop, http_task)
+    finally:
+        await _shutdown(core, http, http_task, grpc_server, background)
+
+
+async def _wait_for(stop: asyncio.Event, http_task: asyncio.Task[None]) -> None:
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({stopper, http_task}, return_when=asyncio.FIRST_COMPLETED)
+    stopper.cancel()
+
+
+async def _shutdown(core: ServerCore, http: _Uvicorn, http_task: asyncio.Task[None],
+                    grpc_server: Any, background: list[asyncio.Task[None]]) -> None:
+    core.draining = True
+    for task in background:
+        task.cancel()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + core.settings.drain_timeout_s
+    while core.active and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    log.info("drained; stopping")
+    if grpc_server is not None:
+        await grpc_server.stop(grace=1.0)
+    http.should_exit = True
+    await asyncio.gather(http_task, return_exceptions=True)
+    await core.repository.close()
+
+
+async def _poll(core: ServerCore) -> None:
+    while True:
+        await asyncio.sleep(core.settings.poll_seconds)
+        try:
+            await core.repository.poll_once()
+        except Exception:  # a broken repository must not stop the poller
+            log.exception("repository poll failed")
+
+
+def _install_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+def run(settings: ServerSettings, on_ready: Callable[[Bound], None] | None = None) -> None:
+    """Blocking entry point: uvloop when installed, else the default loop."""
+    main: Coroutine[Any, Any, None] = serve(settings, on_ready)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)

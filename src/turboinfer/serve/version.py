@@ -1,0 +1,174 @@
+"""A served model version: its instances, its batcher, its statistics, its description.
+
+``infer`` is the hot path between the protocol codecs and the batcher. It checks only
+what would otherwise spoil a whole batch for other requests (input names, dtypes and
+per-row shapes, rows within ``max_batch_size``); those are a few tuple comparisons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+
+from turboinfer.engines import ModelArtifact, TensorSpec
+from turboinfer.engines.base import format_shape
+from turboinfer.errors import ConfigError, InvalidInputError, TurboinferError, UnavailableError
+from turboinfer.serve.batcher import Batcher, BatchingSettings
+from turboinfer.serve.config import ModelConfig
+from turboinfer.serve.instances import InstancePool, InstanceSettings
+from turboinfer.serve.metrics import Metrics, VersionStats
+from turboinfer.serve.protocol import InferRequest, check_requested_outputs, datatype_of
+
+PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino"}
+
+
+def batching_settings(config: ModelConfig) -> BatchingSettings:
+    dynamic = config.dynamic_batching
+    if dynamic is None:
+        # Batching on without a dynamic_batching section: opportunistic batches, no wait.
+        return BatchingSettings(max_batch_size=config.max_batch_size)
+    timeout = dynamic.default_timeout_ms
+    return BatchingSettings(
+        max_batch_size=config.max_batch_size,
+        max_queue_delay_s=dynamic.max_queue_delay_ms / 1000,
+        preferred_batch_sizes=tuple(p for p in dynamic.preferred_batch_sizes
+                                    if p <= config.max_batch_size),
+        max_queue_size=dynamic.max_queue_size,
+        default_timeout_s=timeout / 1000 if timeout is not None else None,
+    )
+
+
+def instance_settings(config: ModelConfig) -> InstanceSettings:
+    return InstanceSettings(count=config.instances, engine=config.engine,
+                            engine_settings=config.engine_settings.to_settings())
+
+
+class ServedVersion:
+    def __init__(self, name: str, version: int, config: ModelConfig, pool: InstancePool,
+                 stats: VersionStats) -> None:
+        self.name, self.version, self.config = name, version, config
+        self.label = str(version)
+        self.pool = pool
+        self.stats = stats
+        session = pool.sessions[0]
+        self.inputs: list[TensorSpec] = session.inputs
+        self.outputs: list[TensorSpec] = session.outputs
+        self._specs = {spec.name: spec for spec in self.inputs}
+        self._output_names = [spec.name for spec in self.outputs]
+        self._batching = config.batching
+        _check_batch_axes(name, self.inputs, self._batching)
+        self.batcher = Batcher(pool, batching_settings(config), stats)
+
+    @classmethod
+    async def load(cls, name: str, version: int, artifact: ModelArtifact,
+                   config: ModelConfig, metrics: Metrics) -> ServedVersion:
+        """Build the sessions on a worker thread, start the batcher, warm every instance."""
+        pool = await asyncio.to_thread(InstancePool.load, artifact, instance_settings(config))
+        try:
+            served = cls(name, version, config, pool, metrics.for_version(name, str(version)))
+            await served.warm_up()
+        except BaseException:
+            pool.close()
+            raise
+        served.batcher.start()
+        return served
+
+    async def warm_up(self) -> None:
+        """Run one smallest-possible request on each instance so the first real request
+        does not pay for lazy allocations (and a model that cannot run is caught here)."""
+        feeds = {spec.name: np.zeros([d if isinstance(d, int) else 1 for d in spec.shape],
+                                     dtype=spec.dtype) for spec in self.inputs}
+        for session in self.pool.sessions:
+            await self.pool.run(session, feeds)
+
+    async def infer(self, request: InferRequest) -> dict[str, np.ndarray]:
+        start = time.perf_counter()
+        batcher = self.batcher
+        try:
+            rows = self._check(request)
+            outputs = await batcher.submit(request.inputs, rows, request.priority,
+                                           request.timeout_s)
+        except TurboinferError as exc:
+            self.stats.failed(time.perf_counter() - start, _reason(exc), batcher.pending)
+            raise
+        self.stats.request(time.perf_counter() - start, batcher.pending)
+        return outputs
+
+    def _check(self, request: InferRequest) -> int:
+        inputs, specs = request.inputs, self._specs
+        if len(inputs) != len(specs) or not all(name in specs for name in inputs):
+            _name_mismatch(inputs, specs)
+        rows = 1
+        for name, array in inputs.items():
+            spec = specs[name]
+            if array.dtype != spec.dtype:
+                raise InvalidInputError(
+                    f"input {name!r} has datatype {datatype_of(array.dtype)}, the model "
+                    f"expects {datatype_of(spec.dtype)}")
+            if array.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n
+                                                    in zip(spec.shape, array.shape, strict=True)):
+                raise InvalidInputError(
+                    f"input {name!r} has shape {list(array.shape)}, the model expects "
+                    f"{format_shape(spec.shape)}")
+            if self._batching:
+                rows = array.shape[0]
+        if self._batching:
+            _check_rows(rows, self.config.max_batch_size)
+        if request.outputs is not None:
+            check_requested_outputs(request, self._output_names)
+        return rows
+
+    async def retire(self, timeout_s: float = 30.0) -> None:
+        """Let queued and running requests finish on this version, then free it."""
+        await self.batcher.drain(timeout_s)
+        self.pool.close()
+
+    def tensor_metadata(self) -> dict[str, list[dict[str, Any]]]:
+        def describe(spec: TensorSpec) -> dict[str, Any]:
+            shape = [d if isinstance(d, int) else -1 for d in spec.shape]
+            return {"name": spec.name, "datatype": datatype_of(spec.dtype), "shape": shape}
+
+        return {"inputs": [describe(s) for s in self.inputs],
+                "outputs": [describe(s) for s in self.outputs]}
+
+    @property
+    def platform(self) -> str:
+        return PLATFORMS.get(self.config.engine, self.config.engine)
+
+
+def _check_batch_axes(name: str, specs: list[TensorSpec], batching: bool) -> None:
+    if not batching:
+        return
+    for spec in specs:
+        if not spec.shape or isinstance(spec.shape[0], int):
+            raise ConfigError(
+                f"model {name!r}: max_batch_size > 0 needs a dynamic first axis, but input "
+                f"{spec.name!r} has shape {format_shape(spec.shape)}")
+
+
+def _check_rows(rows: int, limit: int) -> None:
+    if rows < 1:
+        raise InvalidInputError("the batch axis is empty (0 rows)")
+    if rows > limit:
+        raise InvalidInputError(f"a request of {rows} rows exceeds max_batch_size {limit}")
+
+
+def _name_mismatch(inputs: dict[str, np.ndarray], specs: dict[str, TensorSpec]) -> None:
+    unknown = sorted(set(inputs) - set(specs))
+    if unknown:
+        raise InvalidInputError(f"unknown input {unknown[0]!r}; the model takes "
+                                f"{', '.join(specs)}")
+    missing = sorted(set(specs) - set(inputs))
+    raise InvalidInputError(f"missing input {missing[0]!r}; the model takes {', '.join(specs)}")
+
+
+def _reason(exc: TurboinferError) -> str:
+    """Failure reasons for metrics, after Triton's REJECTED / BACKEND / OTHER."""
+    if isinstance(exc, UnavailableError):
+        return "rejected"
+    if isinstance(exc, InvalidInputError):
+        return "invalid_input"
+    return "backend"
