@@ -1,0 +1,170 @@
+"""One load test end to end: connect, describe the model, prepare the request once,
+run the scenario, and hand back a report that keeps whatever finished."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import platform
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from turboinfer.errors import TurboinferError
+from turboinfer.load.client import InferClient, make_client
+from turboinfer.load.endpoint import Endpoint
+from turboinfer.load.inputs import ModelInfo, load_inputs, random_inputs
+from turboinfer.load.metrics import MetricsSource
+from turboinfer.load.results import LoadReport
+from turboinfer.load.runner import Progress
+from turboinfer.load.scenarios import (
+    Context,
+    Scenario,
+    ScenarioSettings,
+    run_concurrency,
+    run_poisson,
+    run_single,
+)
+from turboinfer.load.search import run_maxrate
+from turboinfer.load.soak import run_soak
+
+SCENARIOS: dict[Scenario, Callable[[Context], Awaitable[None]]] = {
+    Scenario.SINGLE: run_single,
+    Scenario.CONCURRENCY: run_concurrency,
+    Scenario.POISSON: run_poisson,
+    Scenario.MAXRATE: run_maxrate,
+    Scenario.SOAK: run_soak,
+}
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """Where to send, what to send, and the scenario to run."""
+
+    url: str
+    model: str
+    version: str = ""
+    protocol: str = "http"
+    binary: bool = True
+    input_file: Path | None = None
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    batch_size: int = 1
+    max_connections: int = 1024
+    # None: the server's own /metrics over HTTP; "" turns scraping off.
+    metrics_url: str | None = None
+    min_duration_s: float = 1.0
+    min_requests: int = 100
+    scenario: ScenarioSettings = field(default_factory=ScenarioSettings)
+
+    def resolved_metrics_url(self) -> str:
+        if self.metrics_url is not None:
+            return self.metrics_url
+        if self.protocol != "http":
+            return ""
+        return Endpoint.parse(self.url).url + "/metrics"
+
+
+def run_load(settings: LoadSettings, *, progress: Progress | None = None) -> LoadReport:
+    """Run the scenario. Failures before anything was measured raise; later ones (and
+    Ctrl-C) are recorded in ``report.error`` beside the runs that finished."""
+    report = new_report(settings)
+    try:
+        asyncio.run(_run(settings, report, progress))
+    except TurboinferError as exc:
+        if not report.runs:
+            raise
+        report.error = str(exc)
+    except KeyboardInterrupt:
+        report.error = "interrupted"
+    return report
+
+
+def new_report(settings: LoadSettings) -> LoadReport:
+    scenario = asdict(settings.scenario)
+    scenario["scenario"] = settings.scenario.scenario.value
+    return LoadReport(
+        url=settings.url, model=settings.model, protocol=settings.protocol,
+        encoding="binary" if settings.binary else "json",
+        scenario=settings.scenario.scenario.value, settings=scenario,
+        machine=machine(), started_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        min_duration_s=settings.min_duration_s, min_requests=settings.min_requests,
+    )
+
+
+async def _run(settings: LoadSettings, report: LoadReport, progress: Progress | None) -> None:
+    client = make_client(settings.url, protocol=settings.protocol,
+                         timeout_s=settings.scenario.timeout_s,
+                         max_connections=settings.max_connections)
+    metrics_url = settings.resolved_metrics_url()
+    metrics = MetricsSource(metrics_url) if metrics_url else None
+    try:
+        info = await client.model_info(settings.model, settings.version)
+        request = await _prepare(client, info, settings, report)
+        ctx = Context(client, request, info, settings.scenario, report, metrics, progress)
+        await SCENARIOS[settings.scenario.scenario](ctx)
+    finally:
+        await client.close()
+        if metrics is not None:
+            await metrics.close()
+            if metrics.unavailable:
+                report.warnings.append(f"server metrics not read: {metrics.unavailable}")
+
+
+async def _prepare(client: InferClient, info: ModelInfo, settings: LoadSettings,
+                   report: LoadReport) -> bytes:
+    """Encode the request once and check that the server accepts it."""
+    tensors = _tensors(info, settings)
+    report.settings["inputs"] = {name: {"shape": list(a.shape), "dtype": str(a.dtype)}
+                                 for name, a in tensors.items()}
+    report.settings["max_batch_size"] = info.max_batch_size
+    request = client.prepare(info, tensors, binary=settings.binary)
+    await client.check(request)
+    return request
+
+
+def _tensors(info: ModelInfo, settings: LoadSettings) -> dict[str, np.ndarray]:
+    if settings.input_file is not None:
+        return load_inputs(settings.input_file, info)
+    return random_inputs(info, batch_size=settings.batch_size, shapes=dict(settings.shapes),
+                         seed=settings.scenario.seed)
+
+
+def error_verdict(report: LoadReport, max_error_rate: float) -> str:
+    """Why the run failed on errors, or "" — a search's failing trials are expected."""
+    if report.error:
+        return report.error
+    if report.scenario == Scenario.MAXRATE.value:
+        return ""
+    for run in report.runs:
+        if run.error_rate >= max_error_rate and run.failed:
+            kinds = ", ".join(f"{k} x{n}" for k, n in run.errors.items())
+            return (f"{run.label}: {run.failed} of {run.ok + run.failed} requests failed "
+                    f"({kinds})")
+    return ""
+
+
+def machine() -> dict[str, Any]:
+    """Enough to tell two machines apart in a recorded result."""
+    import psutil
+
+    return {
+        "cpu": _cpu_model() or platform.processor() or platform.machine(),
+        "logical_cores": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}",
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
