@@ -31,6 +31,7 @@ __all__ = [
     "Variant",
     "VariantResult",
     "optimize",
+    "tune",
 ]
 
 
@@ -62,3 +63,40 @@ def optimize(
             calib_count=calib_count, random_calibration=random_calibration,
             sensitivity=sensitivity, max_accuracy_drop=max_accuracy_drop)
     return run_optimize(model, Path(output_dir), settings)
+
+
+def tune(
+    model: Any,
+    repo: str | Path,
+    *,
+    slo_p99_ms: float,
+    max_accuracy_drop: str | float,
+    engines: Sequence[str] | None = None,
+    variants: Sequence[str] | None = None,
+    calib_data: str | Path | None = None,
+    calib_count: int | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    threads: Sequence[int] | None = None,
+    name: str | None = None,
+) -> Any:
+    """Find the highest-throughput configuration of ``model`` whose p99 meets
+    ``slo_p99_ms`` and whose metric stays within ``max_accuracy_drop`` of FP32; write it
+    to ``repo/<name>/`` (config.yaml and 1/model.onnx). Returns the ``TuneReport``; its
+    report.json and report.html are in ``repo/<name>/tune/``.
+    """
+    from turboinfer.optimize.pipeline import settings_from
+    from turboinfer.optimize.tune import TuneSettings, run_tune
+
+    parsed = settings_from(variants, calib_data=calib_data, calib_count=calib_count,
+                           max_accuracy_drop=max_accuracy_drop)
+    assert parsed.budget is not None
+    values: dict[str, Any] = {
+        "slo_p99_ms": float(slo_p99_ms), "budget": parsed.budget,
+        "calib_count": parsed.calib_count, "calib_data": parsed.calib_data, "name": name}
+    if variants is not None:
+        values["variants"] = parsed.variants
+    for key, value in (("engines", engines), ("batch_sizes", batch_sizes),
+                       ("threads", threads)):
+        if value is not None:
+            values[key] = tuple(value)
+    return run_tune(model, Path(repo), TuneSettings(**values))

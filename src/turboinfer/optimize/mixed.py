@@ -108,11 +108,12 @@ def add_mixed_precision(report: OptimizeReport, ctx: Any) -> OptimizeReport:
                   "layer quantized: the FP32 model is the answer")
         result = MixedResult(False, method, (), tuple(steps), len(order), reason)
         return replace(report, mixed=result).with_notes(reason)
-    path = ctx.out / "mixed.onnx"
     if k == 0:
-        shutil.copyfile(best.path, path)
-    else:
-        shutil.copyfile(ctx.work / f"mixed-{k}.onnx", path)
+        reason = f"full int8 quantization ({method}) already meets the budget ({budget})"
+        result = MixedResult(True, method, (), tuple(steps), len(order), reason)
+        return replace(report, mixed=result)
+    path = ctx.out / "mixed.onnx"
+    shutil.copyfile(ctx.work / f"mixed-{k}.onnx", path)
     reason = f"{k} of {len(order)} layers kept in float to meet the budget ({budget})"
     result = MixedResult(True, method, tuple(order[:k]), tuple(steps), len(order), reason)
     built = Built("mixed", Variant.MIXED, path, calibration=best.calibration,

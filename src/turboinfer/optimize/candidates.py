@@ -1,0 +1,68 @@
+"""Tune candidates: a variant file on an engine with a thread count, and its measurements.
+
+Which engine can run which variant is a table: ORT runs everything it wrote (contrib ops
+included); OpenVINO reads standard ONNX, QDQ included; torch runs only the FP32 module
+and is measured as the baseline a user starts from, not as something to serve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from turboinfer.optimize.batching import BatchingPlan, CurvePoint
+from turboinfer.optimize.settings import Variant
+
+ENGINE_VARIANTS: dict[str, frozenset[Variant]] = {
+    "onnxruntime": frozenset(Variant),
+    # FP16 is left out: OpenVINO picks its own precision, and the FP32 casts that keep the
+    # file's inputs FP32 take the input names in OpenVINO's reading of the graph.
+    "openvino": frozenset({Variant.FP32, Variant.INT8_STATIC, Variant.MIXED}),
+    "torch": frozenset({Variant.FP32}),
+}
+# Engines the model repository can name (``serve.config.ModelConfig.engine``).
+SERVABLE = frozenset({"onnxruntime", "openvino"})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    variant_name: str
+    variant: Variant
+    path: Path
+    engine: str
+    threads: int
+    metric: float | None = None
+    within_budget: bool | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant_name}/{self.engine}/t{self.threads}"
+
+
+@dataclass(frozen=True)
+class Measured:
+    candidate: Candidate
+    curve: tuple[CurvePoint, ...] = ()
+    plan: BatchingPlan | None = None
+    error: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def servable(self) -> bool:
+        return self.candidate.engine in SERVABLE
+
+    @property
+    def eligible(self) -> bool:
+        """Can be chosen: ran, servable, inside the accuracy budget and the SLO."""
+        return (self.error is None and self.servable and self.plan is not None
+                and self.plan.meets_slo and self.candidate.within_budget is not False)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.candidate
+        return {"label": c.label, "variant": c.variant_name, "engine": c.engine,
+                "threads": c.threads, "metric": c.metric, "within_budget": c.within_budget,
+                "servable": self.servable, "eligible": self.eligible, "error": self.error,
+                "curve": [p.to_dict() for p in self.curve],
+                "plan": self.plan.to_dict() if self.plan else None,
+                "notes": list(self.notes)}

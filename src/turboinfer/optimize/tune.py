@@ -1,0 +1,174 @@
+"""``tune``: variants x engines x threads x batch sizes, under a p99 SLO and an accuracy
+budget; the winner becomes a model-repository entry with derived batching settings.
+
+What keeps it to minutes on two cores: all int8-static calibrations are judged for
+accuracy but only the best one is benchmarked (they run at the same speed), batch
+sizes stop growing once p99 passes the SLO, and each point is timed for a fixed,
+short window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from turboinfer.bench.latency import BenchConfig, bench_session
+from turboinfer.engines import EngineSettings, ModelArtifact, available_engines, load_session
+from turboinfer.errors import ConfigError, TurboinferError
+from turboinfer.optimize.batching import CurvePoint, plan_batching
+from turboinfer.optimize.candidates import ENGINE_VARIANTS, Candidate, Measured
+from turboinfer.optimize.measure import Judge
+from turboinfer.optimize.pipeline import ensure_writable, resolve, run_optimize
+from turboinfer.optimize.report import OptimizeReport, VariantResult
+from turboinfer.optimize.sensitivity import best_static
+from turboinfer.optimize.settings import (
+    AccuracyBudget,
+    CalibrationMethod,
+    MeasureSettings,
+    OptimizeSettings,
+    Variant,
+)
+from turboinfer.optimize.tune_report import TuneReport, write_entry_for
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    slo_p99_ms: float
+    budget: AccuracyBudget
+    engines: tuple[str, ...] = ()  # empty: every installed engine
+    variants: tuple[Variant, ...] = (Variant.GRAPH, Variant.FP16, Variant.INT8_DYNAMIC,
+                                     Variant.INT8_STATIC, Variant.INT4)
+    calibrations: tuple[CalibrationMethod, ...] = tuple(CalibrationMethod)
+    calib_count: int = 500
+    calib_data: Path | None = None
+    threads: tuple[int, ...] = ()  # empty: 1 and every usable core
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    min_runs: int = 10
+    min_seconds: float = 0.25
+    name: str | None = None  # repository entry name; default: the model's name
+
+    def __post_init__(self) -> None:
+        if self.slo_p99_ms <= 0:
+            raise ConfigError("the p99 SLO must be > 0 ms")
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise ConfigError("batch sizes must be positive integers")
+        unknown = [e for e in self.engines if e not in ENGINE_VARIANTS]
+        if unknown:
+            raise ConfigError(f"unknown engine {unknown[0]!r}; known: "
+                              f"{', '.join(ENGINE_VARIANTS)}")
+
+
+def run_tune(model: Any, repo: Path, settings: TuneSettings,
+             progress: Progress | None = None) -> TuneReport:
+    say = progress or (lambda message: None)
+    started = time.perf_counter()
+    resolved = resolve(model)
+    name = settings.name or resolved.name.replace("/", "-")
+    work = ensure_writable(Path(repo) / name / "tune")
+    say("building variants")
+    report = run_optimize(resolved, work / "variants", _optimize_settings(settings), say)
+    candidates = list(_candidates(report, resolved, settings))
+    measured = []
+    for index, candidate in enumerate(candidates, 1):
+        say(f"[{index}/{len(candidates)}] {candidate.label}")
+        measured.append(_measure(candidate, resolved, report, settings))
+    chosen = _choose(measured)
+    entry = write_entry_for(Path(repo), name, measured[chosen]) if chosen is not None else None
+    tuned = TuneReport(model=resolved.name, name=name, settings=settings,
+                       candidates=tuple(measured), chosen=chosen, entry=entry,
+                       optimize=report, work=work,
+                       elapsed_s=time.perf_counter() - started)
+    tuned.write()
+    return tuned
+
+
+def _optimize_settings(settings: TuneSettings) -> OptimizeSettings:
+    return OptimizeSettings(variants=settings.variants, calibrations=settings.calibrations,
+                            calib_count=settings.calib_count, calib_data=settings.calib_data,
+                            budget=settings.budget,
+                            measure=MeasureSettings(min_runs=settings.min_runs,
+                                                    min_seconds=settings.min_seconds))
+
+
+def _benchmarked(report: OptimizeReport) -> list[VariantResult]:
+    """Usable variants, with the int8-static calibrations reduced to the most accurate."""
+    best = best_static(report)
+    return [v for v in report.usable()
+            if v.variant is not Variant.INT8_STATIC or v is best]
+
+
+def _candidates(report: OptimizeReport, resolved: Any,
+                settings: TuneSettings) -> Iterator[Candidate]:
+    engines = settings.engines or tuple(e for e in ENGINE_VARIANTS if e in available_engines())
+    threads = settings.threads or _default_threads(report)
+    for result in _benchmarked(report):
+        for engine in engines:
+            if result.variant not in ENGINE_VARIANTS[engine] or result.path is None:
+                continue
+            if engine == "torch" and resolved.artifact.torch_module is None:
+                continue
+            for count in threads:
+                yield Candidate(result.name, result.variant, result.path, engine, count,
+                                result.metric, result.within_budget)
+
+
+def _default_threads(report: OptimizeReport) -> tuple[int, ...]:
+    cores = int(report.machine.get("usable_cores") or 1)
+    return tuple(sorted({1, cores}))
+
+
+def _measure(candidate: Candidate, resolved: Any, report: OptimizeReport,
+             settings: TuneSettings) -> Measured:
+    artifact = ModelArtifact(resolved.name, candidate.path,
+                             resolved.artifact.torch_module if candidate.engine == "torch"
+                             else None)
+    config = BenchConfig(engines=(candidate.engine,), min_runs=settings.min_runs,
+                         min_seconds=settings.min_seconds, warmup_runs=2)
+    try:
+        session = load_session(artifact, candidate.engine,
+                               EngineSettings(intra_op_threads=candidate.threads))
+        candidate = _engine_metric(candidate, session, resolved, report, settings)
+        curve = []
+        for batch in sorted(settings.batch_sizes):
+            result = bench_session(candidate.engine, session, resolved, config, batch)
+            lat = result.latency
+            curve.append(CurvePoint(batch, lat.p50_ms, lat.p99_ms, result.qps))
+            if lat.p99_ms > settings.slo_p99_ms:
+                break  # larger batches only take longer
+    except TurboinferError as exc:
+        return Measured(candidate, error=str(exc))
+    return Measured(candidate, tuple(curve), plan_batching(curve, settings.slo_p99_ms))
+
+
+def _engine_metric(candidate: Candidate, session: Any, resolved: Any,
+                   report: OptimizeReport, settings: TuneSettings) -> Candidate:
+    """The metric on this engine: engines differ in int8 kernels and fused ops, so a
+    variant judged on ORT is judged again where it would run."""
+    entry = resolved.entry
+    if candidate.engine == "onnxruntime" or entry is None or report.metric is None:
+        return candidate
+    judge = Judge(entry, entry.evaluation(), None, MeasureSettings())
+    value = float(entry.metric.compute(session.run, judge.evalset))
+    reference = report.reference.metric
+    within = (None if reference is None else
+              settings.budget.meets(reference, value, entry.metric.higher_is_better))
+    return replace(candidate, metric=value, within_budget=within)
+
+
+def _choose(measured: list[Measured]) -> int | None:
+    """Highest throughput among eligible candidates; else the lowest p99 servable one
+    inside the budget (the report then says the SLO is not met)."""
+    eligible = [i for i, m in enumerate(measured) if m.eligible]
+    if eligible:
+        return max(eligible, key=lambda i: measured[i].plan.qps)  # type: ignore[union-attr]
+    fallback = [i for i, m in enumerate(measured)
+                if m.error is None and m.servable and m.plan is not None
+                and m.candidate.within_budget is not False]
+    if not fallback:
+        return None
+    return min(fallback, key=lambda i: measured[i].plan.p99_ms)  # type: ignore[union-attr]

@@ -1,0 +1,109 @@
+"""The tune result: every candidate measured, the one chosen, and the entry written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from turboinfer.optimize.candidates import Measured
+from turboinfer.optimize.report import OptimizeReport, write_json
+from turboinfer.serve.config import (
+    DynamicBatching,
+    EngineSettingsConfig,
+    ModelConfig,
+    write_entry,
+)
+
+if TYPE_CHECKING:
+    from turboinfer.optimize.tune import TuneSettings
+
+TABLE_COLUMNS = ("candidate", "metric", "budget", "p50@1", "p99@1", "max_batch", "delay_ms",
+                 "qps", "slo", "")
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    model: str
+    name: str
+    settings: TuneSettings
+    candidates: tuple[Measured, ...]
+    chosen: int | None
+    entry: Path | None
+    optimize: OptimizeReport
+    work: Path
+    elapsed_s: float
+
+    @property
+    def best(self) -> Measured | None:
+        return None if self.chosen is None else self.candidates[self.chosen]
+
+    @property
+    def notes(self) -> list[str]:
+        notes = list(self.optimize.notes)
+        best = self.best
+        if best is None:
+            notes.append("no servable candidate ran: nothing was written")
+        elif not best.eligible:
+            notes.append(f"no candidate meets the p99 SLO of {self.settings.slo_p99_ms:g} ms; "
+                         f"the lowest-latency one was written ({best.candidate.label})")
+        elif best.candidate.variant_name == "fp32":
+            notes.append("the FP32 model is the best configuration within the budget")
+        return notes
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best
+        return {
+            "model": self.model, "name": self.name,
+            "slo_p99_ms": self.settings.slo_p99_ms,
+            "max_accuracy_drop": str(self.settings.budget),
+            "chosen": best.to_dict() if best else None,
+            "entry": str(self.entry) if self.entry else None,
+            "candidates": [m.to_dict() for m in self.candidates],
+            "optimize": self.optimize.to_dict(),
+            "notes": self.notes,
+            "elapsed_s": round(self.elapsed_s, 1),
+            "machine": dict(self.optimize.machine),
+        }
+
+    def write(self) -> Path:
+        from turboinfer.optimize.html import render_tune_html
+
+        write_json(self.work / "report.json", self.to_dict())
+        (self.work / "report.html").write_text(render_tune_html(self))
+        return self.work / "report.json"
+
+    def table_rows(self) -> list[list[Any]]:
+        rows = []
+        for index, m in enumerate(self.candidates):
+            first = m.curve[0] if m.curve else None
+            plan = m.plan
+            rows.append([
+                m.candidate.label,
+                "-" if m.candidate.metric is None else round(m.candidate.metric, 3),
+                {True: "ok", False: "over", None: "-"}[m.candidate.within_budget],
+                first.p50_ms if first else "-", first.p99_ms if first else "-",
+                plan.max_batch_size if plan else "-",
+                plan.max_queue_delay_ms if plan else "-",
+                plan.qps if plan else "-",
+                "error" if m.error else ("ok" if plan and plan.meets_slo else "miss"),
+                "<- chosen" if index == self.chosen else ("baseline" if not m.servable else ""),
+            ])
+        return rows
+
+
+def write_entry_for(repo: Path, name: str, measured: Measured) -> Path:
+    """The repository entry of the chosen candidate: its file, engine, threads, batching."""
+    plan = measured.plan
+    assert plan is not None
+    batching = None
+    if plan.max_batch_size > 0:
+        batching = DynamicBatching(max_queue_delay_ms=plan.max_queue_delay_ms,
+                                   preferred_batch_sizes=(plan.max_batch_size,))
+    config = ModelConfig(
+        engine=measured.candidate.engine,  # type: ignore[arg-type]
+        max_batch_size=plan.max_batch_size,
+        dynamic_batching=batching,
+        engine_settings=EngineSettingsConfig(intra_op_threads=measured.candidate.threads),
+    )
+    return write_entry(repo, name, measured.candidate.path, config)
