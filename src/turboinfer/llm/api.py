@@ -1,0 +1,130 @@
+"""``LLM``: load a model folder (or the shipped demo) and generate, batched or streamed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from turboinfer.errors import InvalidInputError, UnknownModelError
+from turboinfer.llm.config import EngineConfig, QuantMode
+from turboinfer.llm.engine import LLMEngine
+from turboinfer.llm.loader import load_model
+from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.quant import quantize_model
+from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.sequence import Sequence
+from turboinfer.llm.tokenizer import Tokenizer
+
+DEMO_DIR = Path(__file__).parent / "demo"
+
+
+def demo_model_dir(name: str = "model") -> Path:
+    """The shipped demo model (``model``) or its draft (``draft``)."""
+    folder = DEMO_DIR / name
+    if not (folder / "model.safetensors").is_file():
+        raise UnknownModelError(f"demo {name} not found at {folder}; "
+                                "train it with `python -m turboinfer.llm.train_demo`")
+    return folder
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: str
+    num_preemptions: int
+    ttft_s: float      # time to first token, from arrival
+    tpot_s: float      # mean time per output token after the first
+
+    @classmethod
+    def from_sequence(cls, seq: Sequence, text: str) -> RequestOutput:
+        times = seq.token_times
+        ttft = (seq.first_token_time - seq.arrival) if seq.first_token_time else 0.0
+        tpot = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
+        return cls(seq.request_id, tuple(seq.token_ids[:seq.num_prompt_tokens]),
+                   tuple(seq.output_token_ids), text,
+                   seq.finish_reason.value if seq.finish_reason else "", seq.num_preemptions,
+                   ttft, tpot)
+
+
+class LLM:
+    """Generation over one model. ``model=None`` uses the shipped demo model."""
+
+    def __init__(self, model: str | Path | None = None, *, draft: str | Path | None = None,
+                 ngram: int = 0, quant: str | QuantMode = QuantMode.NONE,
+                 config: EngineConfig | None = None) -> None:
+        folder = Path(model) if model is not None else demo_model_dir()
+        try:
+            quant_mode = QuantMode(quant)
+        except ValueError:
+            raise InvalidInputError(f"unknown quantization {quant!r}; use int8 or int4") from None
+        base = config or EngineConfig()
+        overrides = {"quant": quant_mode, "ngram_size": ngram or base.ngram_size}
+        self.config = EngineConfig(**{**base.__dict__, **overrides})
+        if draft is not None and self.config.ngram_size:
+            raise InvalidInputError("choose one of a draft model and n-gram drafting")
+        self.model = self._load(folder)
+        mc = self.model.config
+        self.tokenizer = Tokenizer.from_folder(folder, eos_token_ids=mc.eos_token_ids,
+                                               bos_token_id=mc.bos_token_id)
+        draft_model = self._load(Path(draft)) if draft is not None else None
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+        self.engine = LLMEngine(self.model, self.config, tokenizer=self.tokenizer,
+                                draft=draft_model)
+
+    def _load(self, folder: Path) -> LlamaModel:
+        model = load_model(folder)
+        if self.config.quant is not QuantMode.NONE:
+            quantize_model(model, self.config.quant, group_size=self.config.quant_group_size)
+        return model
+
+    def _encode(self, prompt: str | Seq[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        return [int(t) for t in prompt]
+
+    def _text(self, seq: Sequence) -> str:
+        return seq.output_text or self.tokenizer.decode(seq.output_token_ids)
+
+    def generate(self, prompts: str | Seq[int] | Seq[str | Seq[int]],
+                 params: SamplingParams | Seq[SamplingParams] | None = None, *,
+                 priorities: Seq[int] | None = None) -> list[RequestOutput]:
+        """Run all prompts through continuous batching; outputs in prompt order."""
+        batch: list[str | Seq[int]]
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            batch = [prompts]  # type: ignore[list-item]
+        else:
+            batch = list(prompts)  # type: ignore[arg-type]
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(batch)
+        if len(params) != len(batch):
+            raise InvalidInputError(f"{len(batch)} prompts but {len(params)} sampling params")
+        prios = list(priorities) if priorities is not None else [0] * len(batch)
+        seqs = [self.engine.add_request(self._encode(p), sp, priority=pr)
+                for p, sp, pr in zip(batch, params, prios, strict=True)]
+        while self.engine.has_unfinished():
+            self.engine.step()
+        return [RequestOutput.from_sequence(s, self._text(s)) for s in seqs]
+
+    def stream(self, prompt: str | Seq[int], params: SamplingParams | None = None,
+               ) -> Iterator[str]:
+        """Yield text pieces as tokens are generated."""
+        seq = self.engine.add_request(self._encode(prompt), params or SamplingParams())
+        shown = ""
+        while not seq.is_finished:
+            self.engine.step()
+            text = self._text(seq)
+            # A token may end mid-character; hold back until the text is whole.
+            if text.startswith(shown) and not text.endswith("\ufffd"):
+                yield text[len(shown):]
+                shown = text
+        final = self._text(seq)
+        if final.startswith(shown) and len(final) > len(shown):
+            yield final[len(shown):]

@@ -1,0 +1,146 @@
+"""Weight-only quantization of the linear layers, applied at load time.
+
+int8: one scale per output channel (symmetric). int4: asymmetric groups of
+``group_size`` input channels, each with a scale and a zero point. Activations stay in
+floating point; the matmuls run on torch's CPU weight-only kernels, which read the
+packed weights directly instead of materialising a float copy.
+
+Each mode is a handler with two methods, ``quantize`` (float weight -> packed tensors)
+and ``module`` (packed tensors -> a drop-in ``nn.Module``), looked up in a table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from turboinfer.llm.config import QuantMode
+
+
+class Int8Linear(nn.Module):
+    def __init__(self, weight: torch.Tensor, scales: torch.Tensor,
+                 bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight: torch.Tensor
+        self.scales: torch.Tensor
+        self.register_buffer("weight", weight)   # [N, K] int8
+        self.register_buffer("scales", scales)   # [N]
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        out = torch._weight_int8pack_mm(flat, self.weight, self.scales)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], -1)
+
+
+class Int4Linear(nn.Module):
+    def __init__(self, packed: torch.Tensor, scales_zeros: torch.Tensor, group_size: int,
+                 out_features: int, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.packed: torch.Tensor
+        self.scales_zeros: torch.Tensor
+        self.register_buffer("packed", packed)              # [N, K/2] uint8
+        self.register_buffer("scales_zeros", scales_zeros)  # [K/group, N, 2]
+        self.group_size = group_size
+        self.out_features = out_features
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        out = torch._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size,
+                                                self.scales_zeros)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+class QuantHandler(Protocol):
+    def supports(self, linear: nn.Linear) -> bool: ...
+    def module(self, linear: nn.Linear) -> nn.Module: ...
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel symmetric int8: weight ≈ q * scale[:, None]."""
+    scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
+    q = torch.clamp(torch.round(weight / scales[:, None]), -127, 127).to(torch.int8)
+    return q, scales.to(weight.dtype)
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit groups along the input axis: weight ≈ q * scale + minimum.
+
+    Returns (q [N, K] int32 in 0..15, scales [N, K/g], minimums [N, K/g]).
+    """
+    n, k = weight.shape
+    groups = weight.float().reshape(n, k // group_size, group_size)
+    low = groups.amin(dim=-1)
+    scales = (groups.amax(dim=-1) - low).clamp(min=1e-8) / 15
+    q = torch.clamp(torch.round((groups - low[..., None]) / scales[..., None]), 0, 15)
+    return q.to(torch.int32).reshape(n, k), scales, low
+
+
+def dequantize_int4(q: torch.Tensor, scales: torch.Tensor, low: torch.Tensor,
+                    group_size: int) -> torch.Tensor:
+    n, k = q.shape
+    groups = q.float().reshape(n, k // group_size, group_size)
+    return (groups * scales[..., None] + low[..., None]).reshape(n, k)
+
+
+@dataclass(frozen=True)
+class Int8Handler:
+    def supports(self, linear: nn.Linear) -> bool:
+        return True
+
+    def module(self, linear: nn.Linear) -> nn.Module:
+        q, scales = quantize_int8(linear.weight.data.float())
+        bias = None if linear.bias is None else linear.bias.data.float()
+        return Int8Linear(q, scales, bias)
+
+
+@dataclass(frozen=True)
+class Int4Handler:
+    group_size: int
+
+    def supports(self, linear: nn.Linear) -> bool:
+        # The packed kernel wants whole groups and a multiple of 8 output channels.
+        return linear.in_features % self.group_size == 0 and linear.out_features % 8 == 0
+
+    def module(self, linear: nn.Linear) -> nn.Module:
+        q, scales, low = quantize_int4(linear.weight.data, self.group_size)
+        packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+        # The kernel computes (q - 8) * scale + zero, so zero = minimum + 8 * scale.
+        zeros = low + 8 * scales
+        scales_zeros = torch.stack([scales.t(), zeros.t()], dim=-1).contiguous()
+        bias = None if linear.bias is None else linear.bias.data.float()
+        return Int4Linear(packed, scales_zeros, self.group_size, linear.out_features, bias)
+
+
+def handler_for(mode: QuantMode, group_size: int) -> QuantHandler:
+    table: dict[QuantMode, QuantHandler] = {
+        QuantMode.INT8: Int8Handler(),
+        QuantMode.INT4: Int4Handler(group_size),
+    }
+    return table[mode]
+
+
+def quantize_model(model: nn.Module, mode: QuantMode, *, group_size: int = 32) -> int:
+    """Replace every ``nn.Linear`` in ``model`` (in place); returns how many were replaced.
+
+    A tied LM head is quantized as its own copy; the embedding table stays in float.
+    """
+    if mode is QuantMode.NONE:
+        return 0
+    handler = handler_for(mode, group_size)
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear) and handler.supports(child):
+                setattr(parent, name, handler.module(child))
+                replaced += 1
+    return replaced
