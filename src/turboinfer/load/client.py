@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -126,7 +127,10 @@ class HttpInferClient:
 
 
 def _reason(exc: OSError) -> str:
-    return exc.strerror or str(exc) or type(exc).__name__
+    # asyncio's connect errors read "Connect call failed (...)"; the errno says why.
+    if exc.errno:
+        return os.strerror(exc.errno)
+    return str(exc) or type(exc).__name__
 
 
 def _json(response: Response) -> Any:

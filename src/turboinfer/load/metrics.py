@@ -17,10 +17,15 @@ from turboinfer.load.endpoint import Endpoint
 from turboinfer.load.http_client import HttpClient, build_request
 
 PREFIXES = ("turboinfer_", "nv_")
-SUCCESS = ("turboinfer_inference_request_success", "nv_inference_request_success")
-FAILURE = ("turboinfer_inference_request_failure", "nv_inference_request_failure")
-INFERENCES = ("turboinfer_inference_count", "nv_inference_count")
-EXECUTIONS = ("turboinfer_inference_exec_count", "nv_inference_exec_count")
+# Candidates in order: Triton's names with turboinfer's prefix, turboinfer's short names
+# (``turboinfer_request_success``, ``turboinfer_inference``...), then Triton's own.
+SUCCESS = ("turboinfer_inference_request_success", "turboinfer_request_success",
+           "nv_inference_request_success")
+FAILURE = ("turboinfer_inference_request_failure", "turboinfer_request_failure",
+           "nv_inference_request_failure")
+INFERENCES = ("turboinfer_inference_count", "turboinfer_inference", "nv_inference_count")
+EXECUTIONS = ("turboinfer_inference_exec_count", "turboinfer_execution",
+              "turboinfer_exec_count", "nv_inference_exec_count")
 MEMORY = ("turboinfer_process_resident_memory_bytes", "process_resident_memory_bytes",
           "turboinfer_process_memory_bytes", "nv_cpu_memory_used_bytes")
 CPU_SECONDS = ("turboinfer_process_cpu_seconds_total", "process_cpu_seconds_total")
