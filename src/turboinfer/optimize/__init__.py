@@ -7,7 +7,7 @@ an accuracy budget and writes a model-repository entry for the server.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ def optimize(
     sensitivity: bool | None = None,
     max_accuracy_drop: str | float | None = None,
     settings: OptimizeSettings | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> OptimizeReport:
     """Build and judge variants of ``model`` (``builtin:NAME``, an ONNX path, or a resolved
     model) into ``output_dir``; returns the report also written as ``report.json``.
@@ -62,7 +63,7 @@ def optimize(
             variants, calibrations=calibrations, calib_data=calib_data,
             calib_count=calib_count, random_calibration=random_calibration,
             sensitivity=sensitivity, max_accuracy_drop=max_accuracy_drop)
-    return run_optimize(model, Path(output_dir), settings)
+    return run_optimize(model, Path(output_dir), settings, progress)
 
 
 def tune(
@@ -78,6 +79,7 @@ def tune(
     batch_sizes: Sequence[int] | None = None,
     threads: Sequence[int] | None = None,
     name: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Any:
     """Find the highest-throughput configuration of ``model`` whose p99 meets
     ``slo_p99_ms`` and whose metric stays within ``max_accuracy_drop`` of FP32; write it
@@ -99,4 +101,4 @@ def tune(
                        ("threads", threads)):
         if value is not None:
             values[key] = tuple(value)
-    return run_tune(model, Path(repo), TuneSettings(**values))
+    return run_tune(model, Path(repo), TuneSettings(**values), progress)

@@ -1,0 +1,63 @@
+"""``turboinfer tune``: the fastest configuration inside a p99 SLO and an accuracy budget,
+written as a model-repository entry for ``turboinfer serve``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.output import format_table, print_json
+
+NAME = "tune"
+HELP = "search variants x engines x settings under a latency SLO and accuracy budget"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="builtin:NAME or a path to an .onnx file")
+    parser.add_argument("--slo-p99-ms", type=float, required=True,
+                        help="p99 latency target per request, in ms")
+    parser.add_argument("--max-accuracy-drop", required=True, metavar="X",
+                        help="allowed metric drop vs FP32: points, or X%% relative")
+    parser.add_argument("-o", "--output", type=Path, required=True,
+                        help="model repository folder (REPO/<name>/config.yaml, 1/model.onnx)")
+    parser.add_argument("--engines", type=comma_list(str),
+                        help="comma list of onnxruntime, openvino, torch (default: installed)")
+    parser.add_argument("--variants", type=comma_list(str),
+                        help="comma list (default graph,fp16,int8-dynamic,int8-static,int4)")
+    parser.add_argument("--batch-sizes", type=comma_list(positive_int),
+                        help="comma list (default 1,2,4,8,16,32)")
+    parser.add_argument("--threads", type=comma_list(positive_int),
+                        help="intra-op thread counts to try (default 1 and all usable cores)")
+    parser.add_argument("--calib-data", type=Path, help=".npz or folder of .npy")
+    parser.add_argument("--calib-count", type=positive_int)
+    parser.add_argument("--name", help="entry name in the repository (default: model name)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from turboinfer.commands.optimize import show_progress
+    from turboinfer.optimize import tune
+    from turboinfer.optimize.tune_report import TABLE_COLUMNS
+
+    report = tune(args.model, args.output, slo_p99_ms=args.slo_p99_ms,
+                  max_accuracy_drop=args.max_accuracy_drop, engines=args.engines,
+                  variants=args.variants, calib_data=args.calib_data,
+                  calib_count=args.calib_count, batch_sizes=args.batch_sizes,
+                  threads=args.threads, name=args.name,
+                  progress=None if args.json or not sys.stderr.isatty() else show_progress)
+    if not args.json and sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr)
+    if args.json:
+        print_json(report.to_dict())
+        return 0
+    print(f"model: {report.model}  SLO p99 {args.slo_p99_ms:g} ms  "
+          f"budget {report.settings.budget}  ({report.elapsed_s:.0f} s)")
+    print(format_table(TABLE_COLUMNS, report.table_rows()))
+    for note in report.notes:
+        print(f"note: {note}")
+    if report.entry is not None:
+        print(f"entry: {report.entry.parent / 'config.yaml'} and {report.entry}")
+    print(f"report: {report.work / 'report.json'} and {report.work / 'report.html'}")
+    return 0 if report.best is not None else 1
