@@ -157,8 +157,9 @@ def start_server(repo: Path | None, log: Path, *args: str, timeout: float = 120)
         process.kill()
         raise RuntimeError(f"server did not start: {line!r}\n{log.read_text()[-3000:]}")
     fields = dict(part.split("=", 1) for part in line.split()[2:])
+    grpc = fields.get("grpc", ":-1")
     return Server(process, int(fields["http"].rsplit(":", 1)[1]),
-                  int(fields["grpc"].rsplit(":", 1)[1]), log)
+                  int(grpc.rsplit(":", 1)[1]), log)
 
 
 def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
