@@ -122,7 +122,10 @@ def _add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--min-requests", type=int, default=100,
                        help="validity: fewest acceptable successes per run (100)")
     group.add_argument("--loadgen", choices=["singlestream", "server", "offline"],
-                       help="run MLPerf LoadGen (mlcommons-loadgen) instead of a scenario")
+                       help="run MLPerf LoadGen (mlcommons-loadgen) instead of a scenario; "
+                            "--duration, --rate and --p99-ms carry over")
+    group.add_argument("--loadgen-logs", type=Path, default=Path("mlperf-logs"),
+                       help="folder for LoadGen's logs (default ./mlperf-logs)")
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -231,6 +234,7 @@ def _run_compare(args: argparse.Namespace) -> int:
 def _run_loadgen(args: argparse.Namespace) -> int:
     from turboinfer.load.loadgen import LoadgenSettings, format_loadgen, run_loadgen
 
-    summary = run_loadgen(load_settings(args), LoadgenSettings(mode=args.loadgen))
+    summary = run_loadgen(load_settings(args), LoadgenSettings(
+        mode=args.loadgen, output_dir=args.loadgen_logs, min_query_count=args.min_requests))
     print(format_loadgen(summary))
     return 0 if summary.valid else 1

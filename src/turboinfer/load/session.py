@@ -126,6 +126,14 @@ async def _prepare(client: InferClient, info: ModelInfo, settings: LoadSettings,
     return request
 
 
+async def prepare_request(client: InferClient, settings: LoadSettings) -> bytes:
+    """Describe the model, encode its request once, and check the server accepts it."""
+    info = await client.model_info(settings.model, settings.version)
+    request = client.prepare(info, _tensors(info, settings), binary=settings.binary)
+    await client.check(request)
+    return request
+
+
 def _tensors(info: ModelInfo, settings: LoadSettings) -> dict[str, np.ndarray]:
     if settings.input_file is not None:
         return load_inputs(settings.input_file, info)
