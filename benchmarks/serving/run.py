@@ -79,7 +79,9 @@ def _mlserver(model: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
         "parallel_workers": 0}))
     (folder / MODEL / "model-settings.json").write_text(json.dumps({
         "name": MODEL, "implementation": "runtime.OnnxRuntime", "max_batch_size": 32,
-        "max_batch_time": 0.002, "parameters": {"uri": str(model)}}))
+        "max_batch_time": 0.002, "parameters": {"uri": str(model)},
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 256]}],
+        "outputs": [{"name": "output", "datatype": "FP32", "shape": [-1, 10]}]}))
     return _spawn([str(PEERS / "mlserver" / "bin" / "mlserver"), "start", str(folder)], work,
                   cwd=folder)
 
@@ -102,7 +104,8 @@ def _spawn(command: list[str], work: Path, cwd: Path | None = None) -> subproces
 
 SYSTEMS = {
     "turboinfer": System("turboinfer", 18500, _turboinfer),
-    "mlserver": System("mlserver", 18510, _mlserver),
+    # MLServer reads JSON tensors only (binary bodies are answered 422).
+    "mlserver": System("mlserver", 18510, _mlserver, json_only=True),
     "pytriton": System("pytriton", 18520, _pytriton),
     "ray": System("ray", 18530, _ray, json_only=True),
 }
@@ -176,11 +179,19 @@ def run_system(system: System, model: Path, tmp: Path, scenarios: list[str]) -> 
     except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
         print(f"| {system.name} | failed: {exc} | | | | |", flush=True)
     finally:
-        os.killpg(process.pid, 15)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
+        stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """The server and whatever it started (Triton, Ray workers) go together."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, 15)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        process.wait()
 
 
 if __name__ == "__main__":

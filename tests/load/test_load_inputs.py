@@ -70,3 +70,10 @@ def test_binary_and_json_encodings() -> None:
     assert binary.body[length + 64:] == b"\x03\x00\x00\x00hey"
     doc = orjson.loads(encode_http(INFO, tensors, binary=False).body)
     assert doc["inputs"][0]["data"] == list(range(8)) and doc["inputs"][1]["data"] == ["hey"]
+
+
+def test_a_model_without_declared_inputs_is_refused() -> None:
+    from turboinfer.load.session import LoadSettings, _tensors
+
+    with pytest.raises(InvalidInputError, match="declares no inputs"):
+        _tensors(ModelInfo("m", "1", (), ()), LoadSettings(url="http://x", model="m"))

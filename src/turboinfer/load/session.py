@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from turboinfer.errors import TurboinferError
+from turboinfer.errors import InvalidInputError, TurboinferError
 from turboinfer.load.client import InferClient, make_client
 from turboinfer.load.endpoint import Endpoint
 from turboinfer.load.inputs import ModelInfo, load_inputs, random_inputs
@@ -135,6 +135,9 @@ async def prepare_request(client: InferClient, settings: LoadSettings) -> bytes:
 
 
 def _tensors(info: ModelInfo, settings: LoadSettings) -> dict[str, np.ndarray]:
+    if not info.inputs:
+        raise InvalidInputError(f"model {info.name!r} declares no inputs in its metadata, so "
+                                f"there is nothing to send; declare them on the server")
     if settings.input_file is not None:
         return load_inputs(settings.input_file, info)
     return random_inputs(info, batch_size=settings.batch_size, shapes=dict(settings.shapes),
