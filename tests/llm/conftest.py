@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llm_helpers import save_random_hf_model
+import torch
+from llm_helpers import save_random_hf_model, save_word_tokenizer
 
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
@@ -28,3 +29,18 @@ def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> LlamaModel:
     return load_model(folder)
 
 
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread() -> None:
+    # The models here are tiny: intra-op threads only add synchronisation, and on a
+    # loaded machine a descheduled worker thread stalls every op (measured 8 ms vs
+    # 200 ms per engine step).
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_llm_dir(tiny_llama_dir: Path) -> Path:
+    """The tiny model with a tokenizer: a complete folder for ``LLM`` and the CLI."""
+    save_word_tokenizer(tiny_llama_dir)
+    return tiny_llama_dir

@@ -68,3 +68,24 @@ def make_engine(model: LlamaModel, **kwargs: object) -> LLMEngine:
 
 def write_json(path: Path, data: object) -> None:
     path.write_text(json.dumps(data))
+
+
+_WORD_TEXT = ("the a of to and in is it that for on with as by this be are from or an at "
+         "function value return list string file object module class method data type "
+         "time name error default number set key new code line test read write call "
+         "python text output input result first last one two three when if not none")
+WORDS = _WORD_TEXT.split()
+
+
+def save_word_tokenizer(folder: Path, vocab_size: int = 128) -> None:
+    """A whitespace word-level tokenizer whose ids fit the tiny models' vocabulary."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<unk>": 0}
+    for word in WORDS:
+        vocab.setdefault(word, len(vocab))
+    for i in range(len(vocab), vocab_size):
+        vocab[f"w{i}"] = i
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))

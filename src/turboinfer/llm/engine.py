@@ -162,6 +162,7 @@ class LLMEngine:
 
     def _record_spec(self, drafted: int, emitted: int) -> None:
         s = self.spec_stats
+        s.target_forwards += 1
         s.drafted += drafted
         s.accepted += emitted - 1
         s.emitted += emitted

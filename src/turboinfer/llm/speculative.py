@@ -118,6 +118,9 @@ class DraftModelProposer:
 
 @dataclass
 class SpecStats:
+    """Counts per sequence: one target forward verifies one sequence's proposal (the
+    batch verifies many at once, but what a request gains is tokens per its forward)."""
+
     target_forwards: int = 0
     drafted: int = 0
     accepted: int = 0

@@ -1,0 +1,110 @@
+"""``turboinfer llm generate|bench``: text generation and throughput of the LLM engine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.output import format_table, print_json
+
+if TYPE_CHECKING:
+    from turboinfer.llm import LLM
+
+NAME = "llm"
+HELP = "generate text with the paged-KV LLM engine, or benchmark it"
+
+BENCH_COLUMNS = ("concurrency", "tokens_per_s", "tokens_per_s_per_request", "ttft_p50_ms",
+                 "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "peak_blocks",
+                 "kv_slots_unused_pct", "acceptance_rate", "tokens_per_target_forward")
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", default=None,
+                        help="Hugging Face-format model folder (default: the shipped demo)")
+    spec = parser.add_mutually_exclusive_group()
+    spec.add_argument("--draft", default=None, metavar="DRAFT_DIR",
+                      help="draft model folder for speculative decoding ('demo' for the "
+                           "shipped draft)")
+    spec.add_argument("--ngram", type=positive_int, default=0, metavar="K",
+                      help="draft-free speculative decoding with prompt-lookup n-grams up to K")
+    parser.add_argument("--num-speculative", type=positive_int, default=4,
+                        help="tokens proposed per step when speculating (default 4)")
+    parser.add_argument("--quant", choices=["none", "int8", "int4"], default="none",
+                        help="weight-only quantization of the linear layers")
+    parser.add_argument("--block-size", type=positive_int, default=16)
+    parser.add_argument("--kv-cache-tokens", type=positive_int, default=16384)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="llm_command", metavar="ACTION", required=True)
+    gen = sub.add_parser("generate", help="generate text, streaming it to the terminal")
+    _add_model_options(gen)
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--max-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.8)
+    gen.add_argument("--top-p", type=float, default=0.95)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.set_defaults(_llm_run=_generate)
+
+    bench = sub.add_parser("bench", help="throughput and latency at several concurrencies")
+    _add_model_options(bench)
+    bench.add_argument("--concurrency", type=comma_list(positive_int), default=(1, 4, 16))
+    bench.add_argument("--prompt-len", type=positive_int, default=64)
+    bench.add_argument("--gen-len", type=positive_int, default=64)
+    bench.add_argument("--mixed", action="store_true",
+                       help="draw each request's lengths from [len/4, len]")
+    bench.add_argument("--json", action="store_true", help="machine-readable output")
+    bench.set_defaults(_llm_run=_bench)
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args._llm_run(args))
+
+
+def _build(args: argparse.Namespace) -> LLM:
+    from turboinfer.llm import LLM, EngineConfig, demo_model_dir
+
+    config = EngineConfig(block_size=args.block_size, kv_cache_tokens=args.kv_cache_tokens,
+                          num_speculative_tokens=args.num_speculative,
+                          num_threads=max(args.threads, 0))
+    draft = demo_model_dir("draft") if args.draft == "demo" else args.draft
+    return LLM(args.model, draft=draft, ngram=args.ngram, quant=args.quant, config=config)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from turboinfer.llm import SamplingParams
+
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                            top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                            stop=tuple(args.stop))
+    llm = _build(args)
+    sys.stdout.write(args.prompt)
+    for piece in llm.stream(args.prompt, params):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    stats = llm.engine.spec_stats
+    if stats.drafted:
+        print(f"speculative: acceptance {stats.acceptance_rate:.2f}, "
+              f"{stats.tokens_per_forward:.2f} tokens per target forward", file=sys.stderr)
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from turboinfer.llm.bench import BenchSettings, run_bench
+
+    llm = _build(args)
+    settings = BenchSettings(concurrency=args.concurrency, prompt_len=args.prompt_len,
+                             gen_len=args.gen_len, mixed=args.mixed)
+    rows = [r.to_dict() for r in run_bench(llm.engine, settings)]
+    if args.json:
+        print_json({"model": str(args.model or "demo"), "quant": args.quant,
+                    "draft": args.draft, "ngram": args.ngram, "results": rows})
+        return 0
+    print(format_table(BENCH_COLUMNS, [[row[c] for c in BENCH_COLUMNS] for row in rows]))
+    return 0

@@ -1,0 +1,118 @@
+"""Throughput and latency of the engine at several concurrency levels.
+
+Each level submits ``concurrency`` requests at once and runs them to completion through
+continuous batching. Reported: aggregate and per-request output tokens/s, time to first
+token and time per output token (p50/p99), and KV-cache usage sampled after every step.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence as Seq
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from turboinfer.llm.engine import LLMEngine
+from turboinfer.llm.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    prompt_len: int = 64
+    gen_len: int = 64
+    # Mixed lengths draw each request's prompt and generation length from [len/4, len].
+    mixed: bool = False
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    concurrency: int
+    output_tokens: int
+    seconds: float
+    tokens_per_s: float
+    tokens_per_s_per_request: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    peak_blocks: int
+    total_blocks: int
+    kv_slots_unused_pct: float         # allocated paged slots not holding a token
+    static_slots_unused_pct: float     # same against a max-length buffer per request
+    acceptance_rate: float
+    tokens_per_target_forward: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def _requests(settings: BenchSettings, n: int, vocab: int) -> list[tuple[list[int], int]]:
+    rng = random.Random(settings.seed + n)
+    out = []
+    for _ in range(n):
+        p, g = settings.prompt_len, settings.gen_len
+        if settings.mixed:
+            p, g = rng.randint(max(1, p // 4), p), rng.randint(max(1, g // 4), g)
+        out.append(([rng.randrange(1, vocab) for _ in range(p)], g))
+    return out
+
+
+def _pct(values: Seq[float], q: float) -> float:
+    return float(np.percentile(values, q)) * 1000 if values else 0.0
+
+
+def bench_level(engine: LLMEngine, settings: BenchSettings, concurrency: int) -> BenchRow:
+    vocab = engine.model.config.vocab_size
+    reqs = _requests(settings, concurrency, vocab)
+    stats = engine.spec_stats
+    drafted0, accepted0, emitted0, fwd0 = (stats.drafted, stats.accepted, stats.emitted,
+                                           stats.target_forwards)
+    begin = time.perf_counter()
+    seqs = [engine.add_request(p, SamplingParams(max_tokens=g, temperature=0, ignore_eos=True))
+            for p, g in reqs]
+    peak, tokens_held, slots_alloc, static_slots = 0, 0, 0, 0
+    max_len = settings.prompt_len + settings.gen_len
+    bs = engine.config.block_size
+    while engine.has_unfinished():
+        engine.step()
+        running = [s for s in engine.scheduler.running if not s.in_prefill]
+        if running and len(running) == len(engine.scheduler.running):
+            # Steady state: every running request is decoding.
+            tokens_held += sum(s.num_tokens for s in running)
+            slots_alloc += sum(len(s.block_table) for s in running) * bs
+            static_slots += len(running) * max_len
+        peak = max(peak, engine.block_manager.num_used_blocks)
+    seconds = time.perf_counter() - begin
+    out_tokens = sum(s.num_output_tokens for s in seqs)
+    per_request = [s.num_output_tokens / ((s.token_times[-1] - s.arrival) or 1e-9)
+                   for s in seqs]
+    ttft = [(s.first_token_time or s.arrival) - s.arrival for s in seqs]
+    tpot = [(s.token_times[-1] - s.token_times[0]) / (len(s.token_times) - 1)
+            for s in seqs if len(s.token_times) > 1]
+    drafted = stats.drafted - drafted0
+    forwards = stats.target_forwards - fwd0
+    return BenchRow(
+        concurrency=concurrency, output_tokens=out_tokens, seconds=seconds,
+        tokens_per_s=out_tokens / seconds,
+        tokens_per_s_per_request=float(np.mean(per_request)),
+        ttft_p50_ms=_pct(ttft, 50), ttft_p99_ms=_pct(ttft, 99),
+        tpot_p50_ms=_pct(tpot, 50), tpot_p99_ms=_pct(tpot, 99),
+        peak_blocks=peak, total_blocks=engine.block_manager.num_blocks,
+        kv_slots_unused_pct=100 * (1 - tokens_held / slots_alloc) if slots_alloc else 0.0,
+        static_slots_unused_pct=(100 * (1 - tokens_held / static_slots)
+                                 if static_slots else 0.0),
+        acceptance_rate=(stats.accepted - accepted0) / drafted if drafted else 0.0,
+        tokens_per_target_forward=(stats.emitted - emitted0) / forwards if forwards else 0.0,
+    )
+
+
+def run_bench(engine: LLMEngine, settings: BenchSettings) -> list[BenchRow]:
+    # One short untimed request first: the first forward pays one-off allocation costs.
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    return [bench_level(engine, settings, c) for c in settings.concurrency]

@@ -1,0 +1,77 @@
+"""``LLM(...).generate`` and the ``turboinfer llm`` command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from turboinfer.cli import main
+from turboinfer.llm import LLM, EngineConfig, SamplingParams
+
+GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+
+
+def test_generate_text_prompts(tiny_llm_dir: Path) -> None:
+    llm = LLM(tiny_llm_dir, config=EngineConfig(kv_cache_tokens=1024))
+    outs = llm.generate(["the value of a list", "return the string"], GREEDY)
+    assert [len(o.token_ids) for o in outs] == [8, 8]
+    assert all(o.finish_reason == "length" for o in outs)
+    assert outs[0].text == llm.tokenizer.decode(list(outs[0].token_ids))
+    again = llm.generate("the value of a list", GREEDY)[0]
+    assert again.token_ids == outs[0].token_ids
+
+
+def test_stream_concatenates_to_the_generated_text(tiny_llm_dir: Path) -> None:
+    llm = LLM(tiny_llm_dir, config=EngineConfig(kv_cache_tokens=1024))
+    streamed = "".join(llm.stream("the value of a list", GREEDY))
+    assert streamed == llm.generate("the value of a list", GREEDY)[0].text
+
+
+def test_stop_string_cuts_the_text(tiny_llm_dir: Path) -> None:
+    llm = LLM(tiny_llm_dir, config=EngineConfig(kv_cache_tokens=1024))
+    full = llm.generate("the value", GREEDY)[0]
+    words = full.text.split()
+    stop = words[2]
+    out = llm.generate("the value", SamplingParams(max_tokens=8, temperature=0,
+                                                   ignore_eos=True, stop=(stop,)))[0]
+    assert out.finish_reason == "stop"
+    assert stop not in out.text
+    assert full.text.startswith(out.text)
+
+
+def test_cli_generate_streams(tiny_llm_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["llm", "generate", str(tiny_llm_dir), "--prompt", "the value",
+                 "--max-tokens", "5", "--temperature", "0"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the value") and len(out.split()) > 2
+
+
+def test_cli_bench_json(tiny_llm_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["llm", "bench", str(tiny_llm_dir), "--concurrency", "1,4", "--prompt-len", "8",
+                 "--gen-len", "6", "--ngram", "2", "--json"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert [r["concurrency"] for r in rows] == [1, 4]
+    assert all(r["tokens_per_s"] > 0 and r["ttft_p99_ms"] >= r["ttft_p50_ms"] for r in rows)
+    assert rows[1]["output_tokens"] == 24
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--max-tokens", "0"], "max_tokens must be >= 1"),
+    (["--temperature", "-1"], "temperature must be >= 0"),
+    (["--prompt", "the " * 300], "the context holds 256"),
+])
+def test_cli_bad_input_is_one_line_error(tiny_llm_dir: Path, capsys: pytest.CaptureFixture[str],
+                                         args: list[str], message: str) -> None:
+    argv = ["llm", "generate", str(tiny_llm_dir), "--prompt", "the value", *args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_cli_missing_model_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["llm", "generate", str(tmp_path / "nope"), "--prompt", "x"]) == 2
+    assert "no such model folder" in capsys.readouterr().err

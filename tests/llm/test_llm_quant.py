@@ -1,0 +1,60 @@
+"""Weight-only int8/int4: the kernels compute what the quantized weights say, and the
+quantized model stays close to the float one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from turboinfer.llm.config import QuantMode
+from turboinfer.llm.loader import load_model
+from turboinfer.llm.perplexity import perplexity
+from turboinfer.llm.quant import (
+    Int4Handler,
+    Int8Handler,
+    dequantize_int4,
+    quantize_int4,
+    quantize_int8,
+    quantize_model,
+)
+
+
+@pytest.fixture
+def linear() -> nn.Linear:
+    torch.manual_seed(0)
+    return nn.Linear(128, 64, bias=True).requires_grad_(False)
+
+
+def test_int8_kernel_matches_dequantized_weights(linear: nn.Linear) -> None:
+    x = torch.randn(5, 128)
+    q, scales = quantize_int8(linear.weight)
+    want = x @ (q.float() * scales[:, None]).T + linear.bias
+    torch.testing.assert_close(Int8Handler().module(linear)(x), want, atol=1e-4, rtol=1e-4)
+    assert (q.float() * scales[:, None] - linear.weight).abs().max() <= scales.max() / 2 + 1e-6
+
+
+@pytest.mark.parametrize("group", [32, 64])
+def test_int4_kernel_matches_dequantized_weights(linear: nn.Linear, group: int) -> None:
+    x = torch.randn(3, 128)
+    q, scales, low = quantize_int4(linear.weight, group)
+    assert int(q.min()) >= 0 and int(q.max()) <= 15
+    deq = dequantize_int4(q, scales, low, group)
+    out = Int4Handler(group).module(linear)(x)
+    torch.testing.assert_close(out, x @ deq.T + linear.bias, atol=1e-3, rtol=1e-3)
+    assert float((deq - linear.weight).abs().max()) <= float(scales.max()) / 2 + 1e-6
+
+
+@pytest.mark.parametrize("mode", [QuantMode.INT8, QuantMode.INT4])
+def test_quantized_model_perplexity_close_to_float(tiny_llama_dir: Path,
+                                                   mode: QuantMode) -> None:
+    tokens = [(i * 37 + i // 7) % 128 for i in range(300)]
+    model = load_model(tiny_llama_dir)
+    base = perplexity(model, tokens, window=128)
+    replaced = quantize_model(model, mode, group_size=32)
+    assert replaced == 2 * 4 + 1  # qkv, o, gate_up, down per layer, and the LM head
+    quant = perplexity(model, tokens, window=128)
+    assert quant != base
+    assert abs(quant / base - 1) < (0.02 if mode is QuantMode.INT8 else 0.15)

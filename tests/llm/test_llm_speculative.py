@@ -1,0 +1,88 @@
+"""Speculative decoding: exact greedy output, exact distribution, inside batching."""
+
+from __future__ import annotations
+
+import torch
+from llm_helpers import make_engine
+from test_llm_engine import GREEDY, PROMPTS, alone, run
+
+from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.speculative import NgramProposer, Proposal, rejection_sample
+
+
+def test_draft_model_greedy_equals_plain_greedy(tiny_model: LlamaModel,
+                                                tiny_draft: LlamaModel) -> None:
+    engine = make_engine(tiny_model, kv_cache_tokens=1024, block_size=4, draft=tiny_draft,
+                         num_speculative_tokens=3)
+    seqs = run(engine, PROMPTS)
+    for prompt, seq in zip(PROMPTS, seqs, strict=True):
+        assert seq.output_token_ids == alone(tiny_model, prompt)
+    stats = engine.spec_stats
+    assert stats.drafted > 0 and 0 <= stats.acceptance_rate <= 1
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_target_as_its_own_draft_accepts_everything(tiny_model: LlamaModel) -> None:
+    engine = make_engine(tiny_model, kv_cache_tokens=512, block_size=4, draft=tiny_model,
+                         num_speculative_tokens=4)
+    seq = run(engine, [PROMPTS[2]])[0]
+    assert seq.output_token_ids == alone(tiny_model, PROMPTS[2])
+    assert engine.spec_stats.acceptance_rate == 1.0
+    # 11 tokens after the prefill: 5 + 5 + 1 (the last round is cut by max_tokens).
+    assert engine.spec_stats.tokens_per_forward == 11 / 3
+
+
+def test_ngram_greedy_equals_plain_greedy_with_preemption(tiny_model: LlamaModel) -> None:
+    repetitive = [[1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3], *PROMPTS[:4]]
+    engine = make_engine(tiny_model, num_blocks=14, block_size=4, ngram_size=3,
+                         num_speculative_tokens=3)
+    seqs = run(engine, repetitive)
+    for prompt, seq in zip(repetitive, seqs, strict=True):
+        assert seq.output_token_ids == alone(tiny_model, prompt)
+    assert engine.spec_stats.drafted > 0
+    assert engine.block_manager.num_free_blocks == 14
+
+
+def test_ngram_lookup_proposes_the_continuation() -> None:
+    proposer = NgramProposer(max_ngram=3, num_tokens=3)
+    assert proposer._lookup([7, 8, 9, 1, 2, 7, 8], 3) == [9, 1, 2]
+    assert proposer._lookup([1, 2, 3], 3) == []
+
+
+def test_rejection_sampling_preserves_target_distribution() -> None:
+    """Draft q and target p over 5 tokens; the first emitted token must follow p."""
+    gen = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.05, 0.4, 0.1, 0.25, 0.2])
+    q = torch.tensor([0.3, 0.1, 0.3, 0.1, 0.2])
+    trials = 8000
+    counts = torch.zeros(5)
+    draws = torch.multinomial(q, trials, replacement=True, generator=gen)
+    target = torch.stack([p, p])
+    for d in draws.tolist():
+        first = rejection_sample(target, Proposal([d], q[None, :]), gen)[0]
+        counts[first] += 1
+    expected = p * trials
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 18.5  # p = 0.001 for 4 degrees of freedom
+    # A draft equal to the target is always accepted.
+    for _ in range(50):
+        assert rejection_sample(target, Proposal([1], p[None, :]), gen)[0] == 1
+
+
+def test_rejection_sampling_with_deterministic_draft() -> None:
+    gen = torch.Generator().manual_seed(1)
+    p = torch.tensor([0.5, 0.3, 0.2])
+    counts = torch.zeros(3)
+    for _ in range(6000):
+        counts[rejection_sample(torch.stack([p, p]), Proposal([2], None), gen)[0]] += 1
+    expected = p * 6000
+    assert float(((counts - expected) ** 2 / expected).sum()) < 13.8  # p = 0.001, 2 dof
+
+
+def test_greedy_probs_accept_only_the_argmax() -> None:
+    onehot = torch.eye(4)
+    target = torch.stack([onehot[2], onehot[3], onehot[1]])
+    assert rejection_sample(target, Proposal([2, 0], None)) == [2, 3]
+    assert rejection_sample(target, Proposal([2, 3], None)) == [2, 3, 1]
+    assert rejection_sample(target, Proposal([1, 3], None)) == [2]
+    assert GREEDY.greedy
