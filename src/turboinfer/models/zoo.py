@@ -68,6 +68,8 @@ class ZooEntry:
     dynamic_axes: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     # True when the weights are random: speed work only, no accuracy claim.
     random_weights: bool = False
+    # Bumped when build, data or metric change; part of every cache key of the entry.
+    version: str = "1"
 
 
 ZOO: dict[str, ZooEntry] = {}
