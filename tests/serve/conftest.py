@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,8 +142,11 @@ class Server:
                 self.process.stdout.close()
 
 
-def start_server(repo: Path | None, log: Path, *args: str, timeout: float = 120) -> Server:
-    command = [sys.executable, "-c", RUNNER]
+def start_server(repo: Path | None, log: Path, *args: str, timeout: float = 120,
+                 cli: bool = False) -> Server:
+    """Start the server; ``cli`` runs it through ``python -m turboinfer serve``."""
+    command = [sys.executable, "-m", "turboinfer", "serve"] if cli else [
+        sys.executable, "-c", RUNNER]
     if repo is not None:
         command.append(str(repo))
     command += ["--http-port", "0", "--grpc-port", "0", *args]
@@ -169,6 +172,22 @@ def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
     reader.start()
     reader.join(timeout)
     return result[0].strip() if result else ""
+
+
+@pytest.fixture(scope="session")
+def launch() -> Callable[..., Server]:
+    """``launch(repo, log, *args)``: start a server subprocess (tests stop it)."""
+    return start_server
+
+
+@pytest.fixture(scope="session")
+def affine_config() -> ModelConfig:
+    return AFFINE_CONFIG
+
+
+@pytest.fixture(scope="session")
+def slow_config() -> ModelConfig:
+    return SLOW_CONFIG
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,8 @@ def test_requests_arriving_while_busy_form_one_batch_split_back() -> None:
         batcher, (session,) = make(BatchingSettings(max_batch_size=8))
         session.gate.clear()
         first = asyncio.create_task(batcher.submit(rows(0), 1))
-        await _until(lambda: batcher.in_flight == 1 and batcher.pending == 0)  # the first batch is running
+        # The first batch is running.
+        await _until(lambda: batcher.in_flight == 1 and batcher.pending == 0)
         waiting = [asyncio.create_task(batcher.submit(rows(i, count=i), i)) for i in (1, 2, 3)]
         await _until(lambda: batcher.pending == 3)
         session.gate.set()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.serve.conftest import Server
+if TYPE_CHECKING:
+    from conftest import Server
 
 
 @pytest.fixture(scope="module")

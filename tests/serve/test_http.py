@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import orjson
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.serve.conftest import Server
+if TYPE_CHECKING:
+    from conftest import Server
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,19 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
 import psutil
 import pytest
 
-from tests.serve.conftest import AFFINE_CONFIG, SLOW_CONFIG, Server, start_server
 from turboinfer.serve.config import Canary, ModelConfig, VersionPolicy, write_entry
+
+if TYPE_CHECKING:
+    from conftest import Server
+
+Launch = Callable[..., "Server"]
 
 AFFINE_BODY = orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32",
                                         "shape": [1, 16], "data": [0.0] * 16}]})
@@ -73,24 +78,26 @@ def _index(server: Server) -> dict[tuple[str, str | None], dict[str, str]]:
 
 
 @pytest.fixture
-def poll_server(tmp_path: Path, model_files: dict[str, Path]) -> Iterator[Server]:
+def poll_server(tmp_path: Path, model_files: dict[str, Path], launch: Launch,
+                affine_config: ModelConfig) -> Iterator[Server]:
     root = tmp_path / "repo"
-    write_entry(root, "affine", model_files["affine1"], AFFINE_CONFIG)
-    server = start_server(root, tmp_path / "server.log", "--model-control", "poll",
+    write_entry(root, "affine", model_files["affine1"], affine_config)
+    server = launch(root, tmp_path / "server.log", "--model-control", "poll",
                           "--poll-seconds", "0.1")
     yield server
     assert server.stop() == 0
 
 
-def test_version_swap_under_load_loses_nothing(poll_server: Server, model_files: dict[str, Path],
-                                               tmp_path: Path) -> None:
+def test_version_swap_under_load_loses_nothing(poll_server: Server,
+                                               model_files: dict[str, Path], tmp_path: Path,
+                                               affine_config: ModelConfig) -> None:
     root = tmp_path / "repo"
     with Load(poll_server) as load:
         _wait(lambda: all(load.results))
-        write_entry(root, "affine", model_files["affine2"], AFFINE_CONFIG)
+        write_entry(root, "affine", model_files["affine2"], affine_config)
         _wait(lambda: load.latest() == {"2"})
         # A broken version 3: the index reports it, version 2 keeps serving.
-        write_entry(root, "affine", model_files["broken"], AFFINE_CONFIG)
+        write_entry(root, "affine", model_files["broken"], affine_config)
         _wait(lambda: _index(poll_server).get(("affine", "3"), {}).get("state") == "UNAVAILABLE")
         # An invalid config: reported with file and key, the served version stays.
         (root / "affine" / "config.yaml").write_text("max_batch_sise: 4\n")
@@ -106,15 +113,16 @@ def test_version_swap_under_load_loses_nothing(poll_server: Server, model_files:
     assert ("affine", "1") not in index
 
 
-def test_invalid_config_and_canary(tmp_path: Path, model_files: dict[str, Path]) -> None:
+def test_invalid_config_and_canary(tmp_path: Path, model_files: dict[str, Path],
+                                   launch: Launch, affine_config: ModelConfig) -> None:
     root = tmp_path / "repo"
     canary = ModelConfig(max_batch_size=8, version_policy=VersionPolicy(latest=2),
                          canary=Canary(version=2, percent=25))
     write_entry(root, "affine", model_files["affine1"], canary)
     write_entry(root, "affine", model_files["affine2"], canary)
-    write_entry(root, "typo", model_files["affine1"], AFFINE_CONFIG)
+    write_entry(root, "typo", model_files["affine1"], affine_config)
     (root / "typo" / "config.yaml").write_text("dynamic_batching: {max_queue_delay_ms: x}\n")
-    server = start_server(root, tmp_path / "server.log")
+    server = launch(root, tmp_path / "server.log")
     try:
         reason = _index(server)[("typo", None)]["reason"]
         assert str(root / "typo" / "config.yaml") in reason
@@ -138,10 +146,11 @@ def _slow_body(rows: int) -> tuple[bytes, dict[str, str]]:
 
 
 @pytest.fixture
-def slow_server(tmp_path: Path, model_files: dict[str, Path]) -> Iterator[Server]:
+def slow_server(tmp_path: Path, model_files: dict[str, Path], launch: Launch,
+                slow_config: ModelConfig) -> Iterator[Server]:
     root = tmp_path / "repo"
-    write_entry(root, "slow", model_files["slow"], SLOW_CONFIG)
-    server = start_server(root, tmp_path / "server.log", "--grpc-port", "-1")
+    write_entry(root, "slow", model_files["slow"], slow_config)
+    server = launch(root, tmp_path / "server.log", "--grpc-port", "-1")
     yield server
     server.stop()
 
