@@ -73,7 +73,7 @@ def test_missing_and_corrupt_files(tmp_path: Path) -> None:
         load_session(ModelArtifact("m", tmp_path / "absent.onnx"))
     corrupt = tmp_path / "corrupt.onnx"
     corrupt.write_bytes(b"\x08\x07garbage" * 10)
-    with pytest.raises(ModelLoadError, match="corrupt.onnx"):
+    with pytest.raises(ModelLoadError, match=r"corrupt\.onnx"):
         load_session(ModelArtifact("m", corrupt))
 
 
