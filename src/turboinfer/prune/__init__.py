@@ -1,0 +1,1 @@
+"""Structured pruning with knowledge distillation (Torch-Pruning's DepGraph underneath)."""

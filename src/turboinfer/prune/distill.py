@@ -1,0 +1,106 @@
+"""Knowledge distillation from the unpruned teacher, and the losses it and Taylor use.
+
+Logits: the student matches the teacher's temperature-softened distribution (KL, scaled
+by T² so its gradients keep their size as T grows) and, where labels exist, the labels.
+Embeddings: the student matches the teacher's vector in direction (cosine) and position
+(squared distance), which for unit vectors are the same signal with different curvature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch.nn import functional as F
+
+from turboinfer.prune.data import Batch
+from turboinfer.prune.importance import LossFn
+from turboinfer.prune.settings import DistillSettings, Objective
+
+
+def logits_loss(temperature: float, alpha: float) -> LossFn:
+    def loss(
+        student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor | None
+    ) -> torch.Tensor:
+        soft = F.kl_div(
+            F.log_softmax(student / temperature, dim=-1),
+            F.log_softmax(teacher / temperature, dim=-1),
+            reduction="batchmean",
+            log_target=True,
+        ) * temperature**2
+        if labels is None:
+            return soft
+        return alpha * soft + (1.0 - alpha) * F.cross_entropy(student, labels)
+
+    return loss
+
+
+def embedding_loss(
+    student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor | None = None
+) -> torch.Tensor:
+    cosine = F.cosine_similarity(student, teacher, dim=-1)  # [B]
+    squared = (student - teacher).pow(2).sum(dim=-1)  # [B]
+    return (1.0 - cosine).mean() + squared.mean()
+
+
+def ranking_loss(
+    student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor | None
+) -> torch.Tensor:
+    """The task loss Taylor importance differentiates for classifiers.
+
+    Without labels the teacher's classes stand in: a KL to the teacher would be zero, with
+    zero gradients, before the first cut.
+    """
+    return F.cross_entropy(student, labels if labels is not None else teacher.argmax(dim=-1))
+
+
+def distill_loss(settings: DistillSettings) -> LossFn:
+    if settings.objective is Objective.EMBEDDING:
+        return embedding_loss
+    return logits_loss(settings.temperature, settings.alpha)
+
+
+def taylor_loss(objective: Objective) -> LossFn:
+    # Embeddings have no task loss to differentiate; the distance to the teacher is the
+    # task. It is zero before any cut, so an L1 phase should come first for encoders.
+    return embedding_loss if objective is Objective.EMBEDDING else ranking_loss
+
+
+def distill(
+    student: torch.nn.Module,
+    teacher: torch.nn.Module,
+    data: Iterable[Batch],
+    settings: DistillSettings,
+    *,
+    after_update: Callable[[], None] | None = None,
+) -> list[float]:
+    """Train ``student`` toward ``teacher`` for ``settings.epochs``; mean loss per epoch.
+
+    ``after_update`` runs after every optimizer step (2:4 masks are re-applied there).
+    """
+    if settings.epochs == 0:
+        return []
+    loss_fn = distill_loss(settings)
+    optimizer = torch.optim.AdamW(
+        student.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
+    )
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=settings.epochs)
+    teacher.eval()
+    history = []
+    for _ in range(settings.epochs):
+        student.train()
+        total, count = 0.0, 0
+        for inputs, labels in data:
+            with torch.no_grad():
+                target = teacher(*inputs)
+            loss = loss_fn(student(*inputs), target, labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if after_update is not None:
+                after_update()
+            total, count = total + loss.item(), count + 1
+        schedule.step()
+        history.append(total / max(count, 1))
+    student.eval()
+    return history
