@@ -20,7 +20,6 @@ _EXPORT_BATCH = 2  # torch.export would fix a dynamic axis whose example size is
 _OPSET = 18
 
 
-
 @dataclass(frozen=True)
 class ResolvedModel:
     """A model reference, resolved: what engines load, and the zoo entry if it is one."""
