@@ -67,92 +67,100 @@ def _version(request: Request) -> str | None:
     return version
 
 
-def create_app(core: ServerCore) -> Starlette:
-    """The Starlette application serving ``core``."""
-    limit = core.settings.max_body_bytes
+class HttpApi:
+    """The route handlers over one ``ServerCore``."""
 
-    async def infer(request: Request) -> Response:
-        body = await read_body(request, limit)
+    def __init__(self, core: ServerCore) -> None:
+        self.core = core
+        self.limit = core.settings.max_body_bytes
+
+    async def infer(self, request: Request) -> Response:
+        body = await read_body(request, self.limit)
         header_length = _header_length(request)
         if header_length is None and len(body) > OFFLOAD_BYTES:
             decoded = await asyncio.to_thread(decode_request, body, header_length)
         else:
             decoded = decode_request(body, header_length)
-        served, outputs = await core.infer(request.path_params["model"], _version(request),
-                                           decoded)
+        served, outputs = await self.core.infer(request.path_params["model"],
+                                                _version(request), decoded)
         content, json_length = encode_response(served.name, served.label, decoded, outputs)
         if json_length is None:
             return Response(content, media_type=JSON)
         return Response(content, media_type="application/octet-stream",
                         headers={"Inference-Header-Content-Length": str(json_length)})
 
-    async def live(request: Request) -> Response:
+    async def live(self, request: Request) -> Response:
         return json_response({"live": True})
 
-    async def ready(request: Request) -> Response:
-        if core.ready:
+    async def ready(self, request: Request) -> Response:
+        if self.core.ready:
             return json_response({"ready": True})
-        reason = "draining" if core.draining else "starting"
+        reason = "draining" if self.core.draining else "starting"
         return error_response(f"server not ready: {reason}", 503)
 
-    async def server_metadata(request: Request) -> Response:
-        return json_response(core.server_metadata())
+    async def server_metadata(self, request: Request) -> Response:
+        return json_response(self.core.server_metadata())
 
-    async def model_metadata(request: Request) -> Response:
-        return json_response(core.model_metadata(request.path_params["model"],
-                                                 _version(request)))
+    async def model_metadata(self, request: Request) -> Response:
+        return json_response(self.core.model_metadata(request.path_params["model"],
+                                                      _version(request)))
 
-    async def model_ready(request: Request) -> Response:
+    async def model_ready(self, request: Request) -> Response:
         model = request.path_params["model"]
-        if core.model_ready(model, _version(request)):
+        if self.core.model_ready(model, _version(request)):
             return json_response({"name": model, "ready": True})
         return error_response(f"model {model!r} is not ready", 400)
 
-    async def model_config(request: Request) -> Response:
-        return json_response(core.model_config(request.path_params["model"],
-                                               _version(request)))
+    async def model_config(self, request: Request) -> Response:
+        return json_response(self.core.model_config(request.path_params["model"],
+                                                    _version(request)))
 
-    async def model_stats(request: Request) -> Response:
-        return json_response(core.statistics(request.path_params.get("model"),
-                                             _version(request)))
+    async def model_stats(self, request: Request) -> Response:
+        return json_response(self.core.statistics(request.path_params.get("model"),
+                                                  _version(request)))
 
-    async def repository_index(request: Request) -> Response:
-        return json_response(core.repository.index())
+    async def repository_index(self, request: Request) -> Response:
+        return json_response(self.core.repository.index())
 
-    async def load(request: Request) -> Response:
-        await read_body(request, limit)  # parameters (config overrides) are not supported
-        await core.load(request.path_params["model"])
+    async def load(self, request: Request) -> Response:
+        await read_body(request, self.limit)  # config overrides in the body are not supported
+        await self.core.load(request.path_params["model"])
         return json_response({})
 
-    async def unload(request: Request) -> Response:
-        await read_body(request, limit)
-        await core.unload(request.path_params["model"])
+    async def unload(self, request: Request) -> Response:
+        await read_body(request, self.limit)
+        await self.core.unload(request.path_params["model"])
         return json_response({})
 
-    async def metrics(request: Request) -> Response:
-        return Response(core.metrics.render(), media_type=CONTENT_TYPE)
+    async def metrics(self, request: Request) -> Response:
+        return Response(self.core.metrics.render(), media_type=CONTENT_TYPE)
 
-    model_routes: list[Route] = []
-    for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
-        model_routes += [
-            Route(prefix, model_metadata),
-            Route(prefix + "/ready", model_ready),
-            Route(prefix + "/infer", infer, methods=["POST"]),
-            Route(prefix + "/config", model_config),
-            Route(prefix + "/stats", model_stats),
+    def routes(self) -> list[Route]:
+        model_routes: list[Route] = []
+        for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+            model_routes += [
+                Route(prefix, self.model_metadata),
+                Route(prefix + "/ready", self.model_ready),
+                Route(prefix + "/infer", self.infer, methods=["POST"]),
+                Route(prefix + "/config", self.model_config),
+                Route(prefix + "/stats", self.model_stats),
+            ]
+        return [
+            Route("/v2/health/live", self.live),
+            Route("/v2/health/ready", self.ready),
+            Route("/v2", self.server_metadata),
+            Route("/v2/models/stats", self.model_stats),
+            *model_routes,
+            Route("/v2/repository/index", self.repository_index, methods=["GET", "POST"]),
+            Route("/v2/repository/models/{model}/load", self.load, methods=["POST"]),
+            Route("/v2/repository/models/{model}/unload", self.unload, methods=["POST"]),
+            Route("/metrics", self.metrics),
         ]
-    routes = [
-        Route("/v2/health/live", live),
-        Route("/v2/health/ready", ready),
-        Route("/v2", server_metadata),
-        Route("/v2/models/stats", model_stats),
-        *model_routes,
-        Route("/v2/repository/index", repository_index, methods=["GET", "POST"]),
-        Route("/v2/repository/models/{model}/load", load, methods=["POST"]),
-        Route("/v2/repository/models/{model}/unload", unload, methods=["POST"]),
-        Route("/metrics", metrics),
-    ]
-    return Starlette(routes=routes, exception_handlers={
+
+
+def create_app(core: ServerCore) -> Starlette:
+    """The Starlette application serving ``core``."""
+    return Starlette(routes=HttpApi(core).routes(), exception_handlers={
         TurboinferError: _domain_error,
         HTTPException: _http_error,
         Exception: _internal_error,

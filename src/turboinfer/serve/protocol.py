@@ -13,7 +13,6 @@ inputs that carry ``parameters.binary_data_size``. BYTES elements are each prefi
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,31 +20,21 @@ import numpy as np
 import orjson
 
 from turboinfer.errors import InvalidInputError
+from turboinfer.serve.datatypes import (
+    DATATYPES,
+    as_bytes,
+    as_text,
+    datatype_of,
+    deserialize_bytes,
+    flatten,
+    raw_bytes,
+    serialize_bytes,
+)
 
-DATATYPES: dict[str, np.dtype] = {
-    name: np.dtype(dtype)
-    for name, dtype in {
-        "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32",
-        "UINT64": "uint64", "INT8": "int8", "INT16": "int16", "INT32": "int32",
-        "INT64": "int64", "FP16": "float16", "FP32": "float32", "FP64": "float64",
-        "BYTES": "object",
-    }.items()
-}
-_NAMES: dict[np.dtype, str] = {dtype: name for name, dtype in DATATYPES.items()}
-_NAMES[np.dtype("bytes")] = "BYTES"
-_NAMES[np.dtype("str")] = "BYTES"
+__all__ = ["DATATYPES", "InferRequest", "RequestedOutput", "datatype_of", "decode_request",
+           "encode_response", "from_raw", "raw_bytes", "serialize_bytes"]
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
-
-
-def datatype_of(dtype: np.dtype) -> str:
-    """The protocol name of a numpy dtype (``float32`` -> ``FP32``)."""
-    try:
-        return _NAMES[dtype]
-    except KeyError:
-        if dtype.kind in "SU":
-            return "BYTES"
-        raise InvalidInputError(f"numpy dtype {dtype.name} has no protocol datatype") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +127,7 @@ def _from_json(name: str, data: Any, dtype: np.dtype, shape: tuple[int, ...]) ->
         raise InvalidInputError(f"input {name!r} needs 'data' (a list) or binary_data_size")
     try:
         if dtype.kind == "O":
-            array = np.array([_as_bytes(v) for v in _flatten(data)], dtype=object)
+            array = np.array([as_bytes(v) for v in flatten(data)], dtype=object)
         else:
             array = np.array(data, dtype=dtype)
     except (ValueError, TypeError, OverflowError):
@@ -156,50 +145,12 @@ def from_raw(name: str, raw: memoryview | bytes, dtype: np.dtype,
     """A tensor from its raw bytes: a zero-copy view for fixed-size types."""
     expected = _count(shape)
     if dtype.kind == "O":
-        return _deserialize_bytes(name, raw, expected).reshape(shape)
+        return deserialize_bytes(name, raw, expected).reshape(shape)
     if len(raw) != expected * dtype.itemsize:
         raise InvalidInputError(
             f"input {name!r}: binary size mismatch, got {len(raw)} bytes, shape {list(shape)} "
             f"of {datatype_of(dtype)} needs {expected * dtype.itemsize}")
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
-
-
-def _deserialize_bytes(name: str, raw: memoryview | bytes, count: int) -> np.ndarray:
-    items: list[bytes] = []
-    offset, size = 0, len(raw)
-    while offset < size:
-        if offset + 4 > size:
-            raise InvalidInputError(f"input {name!r}: truncated BYTES length prefix")
-        (length,) = struct.unpack_from("<I", raw, offset)
-        offset += 4
-        if offset + length > size:
-            raise InvalidInputError(f"input {name!r}: BYTES element runs past the data")
-        items.append(bytes(raw[offset:offset + length]))
-        offset += length
-    if len(items) != count:
-        raise InvalidInputError(f"input {name!r} has {len(items)} BYTES elements, "
-                                f"its shape needs {count}")
-    array = np.empty(len(items), dtype=object)
-    array[:] = items
-    return array
-
-
-def serialize_bytes(array: np.ndarray) -> bytes:
-    """BYTES elements as 4-byte little-endian lengths, each followed by the bytes."""
-    parts: list[bytes] = []
-    for value in array.reshape(-1):
-        data = _as_bytes(value)
-        parts.append(struct.pack("<I", len(data)))
-        parts.append(data)
-    return b"".join(parts)
-
-
-def raw_bytes(array: np.ndarray) -> bytes | np.ndarray:
-    """What goes on the wire for a tensor: the contiguous array itself (bytes.join and
-    protobuf read its buffer) or, for BYTES, the length-prefixed serialization."""
-    if array.dtype.kind in "OSU":
-        return serialize_bytes(array)
-    return np.ascontiguousarray(array)
 
 
 def apply_parameters(request: InferRequest, params: Any) -> None:
@@ -252,7 +203,7 @@ def encode_response(model: str, version: str, request: InferRequest,
             entry["parameters"] = {"binary_data_size": raw.nbytes if isinstance(
                 raw, np.ndarray) else len(raw)}
         elif array.dtype.kind in "OSU":
-            entry["data"] = [_as_text(v) for v in array.reshape(-1)]
+            entry["data"] = [as_text(v) for v in array.reshape(-1)]
         else:
             entry["data"] = np.ascontiguousarray(array).reshape(-1)
         entries.append(entry)
@@ -285,31 +236,6 @@ def _count(shape: tuple[int, ...]) -> int:
     for dim in shape:
         count *= dim
     return count
-
-
-def _flatten(data: list[Any]) -> list[Any]:
-    flat: list[Any] = []
-    for value in data:
-        if isinstance(value, list):
-            flat.extend(_flatten(value))
-        else:
-            flat.append(value)
-    return flat
-
-
-def _as_bytes(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, np.bytes_ | np.str_):
-        return bytes(value) if isinstance(value, np.bytes_) else str(value).encode()
-    raise TypeError(f"not a BYTES element: {value!r}")
-
-
-def _as_text(value: Any) -> str:
-    data = _as_bytes(value)
-    return data.decode("utf-8", errors="replace")
 
 
 def _optional_str(value: Any, key: str) -> str | None:

@@ -1,0 +1,262 @@
+"""Server benchmarks behind the numbers in benchmarks/README.md ("Server").
+
+    python benchmarks/serving_server/bench_server.py overhead [--requests 3000]
+    python benchmarks/serving_server/bench_server.py batching [--seconds 20 --clients 32]
+
+``overhead``: builtin:digits-cnn, one client, batch 1. The engine's in-process p50 (same
+session settings as the server's single instance) against the p50 of the same request
+sent over HTTP (binary tensors and JSON, keep-alive raw-socket client) and gRPC.
+
+``batching``: builtin:resnet18, batch-1 requests over HTTP (binary), served once with
+dynamic batching (max_batch_size 32, opportunistic: no queue delay) and once without
+(max_batch_size 0). Throughput with N concurrent clients, and p99 of the unbatched server
+at one client for the latency bound.
+
+Each run starts ``python -m turboinfer serve`` on 127.0.0.1 in a subprocess and writes
+a JSON result next to this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from turboinfer.engines import EngineSettings, load_session
+from turboinfer.models import resolve_model
+from turboinfer.serve.config import DynamicBatching, ModelConfig, write_entry
+from turboinfer.serve.instances import available_cores
+
+HERE = Path(__file__).parent
+BATCHING_ON = ModelConfig(max_batch_size=32,
+                          dynamic_batching=DynamicBatching(max_queue_delay_ms=0.0))
+BATCHING_OFF = ModelConfig(max_batch_size=0)
+
+
+def start_server(repo: Path) -> tuple[subprocess.Popen[str], int, int]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "turboinfer", "serve", str(repo), "--http-port", "0",
+         "--grpc-port", "0"], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline().split()
+    fields = dict(part.split("=", 1) for part in line[2:])
+    return (process, int(fields["http"].rsplit(":", 1)[1]),
+            int(fields["grpc"].rsplit(":", 1)[1]))
+
+
+def binary_request(model: str, x: np.ndarray) -> bytes:
+    header = orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32",
+                                       "shape": list(x.shape),
+                                       "parameters": {"binary_data_size": x.nbytes}}],
+                           "parameters": {"binary_data_output": True}})
+    body = header + x.tobytes()
+    return (f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Length: {len(body)}\r\nInference-Header-Content-Length: {len(header)}"
+            f"\r\n\r\n").encode() + body
+
+
+def json_request(model: str, x: np.ndarray) -> bytes:
+    body = orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32",
+                                     "shape": list(x.shape), "data": x.reshape(-1).tolist()}]})
+    return (f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Length: {len(body)}\r\nContent-Type: application/json\r\n\r\n"
+            ).encode() + body
+
+
+def _read_response(sock: socket.socket, buffer: bytearray) -> int:
+    """Read one HTTP response from ``sock``; returns the status code."""
+    while b"\r\n\r\n" not in buffer:
+        buffer += sock.recv(65536)
+    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = next(int(v) for k, _, v in (line.partition(b":") for line in lines[1:])
+                  if k.lower() == b"content-length")
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    buffer[:] = rest[length:]
+    return int(lines[0].split()[1])
+
+
+def http_latencies(port: int, request: bytes, count: int) -> np.ndarray:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buffer = bytearray()
+    times = np.empty(count)
+    for i in range(count + 200):  # the first 200 warm up
+        start = time.perf_counter()
+        sock.sendall(request)
+        assert _read_response(sock, buffer) == 200
+        if i >= 200:
+            times[i - 200] = time.perf_counter() - start
+    sock.close()
+    return times
+
+
+def grpc_latencies(port: int, x: np.ndarray, count: int) -> np.ndarray:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    tensor = grpcclient.InferInput("input", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    times = np.empty(count)
+    for i in range(count + 200):
+        start = time.perf_counter()
+        client.infer("digits-cnn", [tensor])
+        if i >= 200:
+            times[i - 200] = time.perf_counter() - start
+    client.close()
+    return times
+
+
+def in_process(model_path: Path, x: np.ndarray, count: int) -> np.ndarray:
+    session = load_session(resolve_model("builtin:digits-cnn").artifact, "onnxruntime",
+                           EngineSettings(intra_op_threads=available_cores()))
+    del model_path
+    times = np.empty(count)
+    for i in range(count + 200):
+        start = time.perf_counter()
+        session.run({"input": x})
+        if i >= 200:
+            times[i - 200] = time.perf_counter() - start
+    return times
+
+
+def summary(times: np.ndarray) -> dict[str, float]:
+    return {"p50_ms": float(np.percentile(times, 50) * 1e3),
+            "p90_ms": float(np.percentile(times, 90) * 1e3),
+            "p99_ms": float(np.percentile(times, 99) * 1e3),
+            "requests": int(times.size)}
+
+
+def overhead(args: argparse.Namespace) -> dict[str, object]:
+    model = resolve_model("builtin:digits-cnn")
+    assert model.entry is not None
+    x = np.ascontiguousarray(model.entry.example_inputs(1)["input"])
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp)
+        write_entry(repo, "digits-cnn", model.artifact.onnx_path, BATCHING_ON)
+        process, http_port, grpc_port = start_server(repo)
+        try:
+            results = {
+                "in_process": summary(in_process(model.artifact.onnx_path, x, args.requests)),
+                "http_binary": summary(http_latencies(http_port, binary_request(
+                    "digits-cnn", x), args.requests)),
+                "http_json": summary(http_latencies(http_port, json_request("digits-cnn", x),
+                                                    args.requests)),
+                "grpc": summary(grpc_latencies(grpc_port, x, args.requests)),
+            }
+        finally:
+            process.terminate()
+            process.wait()
+    base = results["in_process"]["p50_ms"]
+    results["http_binary_overhead_p50_ms"] = results["http_binary"]["p50_ms"] - base
+    results["http_json_overhead_p50_ms"] = results["http_json"]["p50_ms"] - base
+    return results
+
+
+async def _client(port: int, request: bytes, stop_at: float, latencies: list[float],
+                  errors: list[int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    while time.perf_counter() < stop_at:
+        start = time.perf_counter()
+        writer.write(request)
+        await writer.drain()
+        status = int((await reader.readline()).split()[1])
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        await reader.readexactly(length)
+        if status == 200:
+            latencies.append(time.perf_counter() - start)
+        else:
+            errors.append(status)
+    writer.close()
+
+
+async def _load(port: int, request: bytes, clients: int, seconds: float
+                ) -> dict[str, float]:
+    latencies: list[float] = []
+    errors: list[int] = []
+    warm_until = time.perf_counter() + min(3.0, seconds / 4)
+    await asyncio.gather(*(_client(port, request, warm_until, [], [])
+                           for _ in range(clients)))
+    start = time.perf_counter()
+    await asyncio.gather(*(_client(port, request, start + seconds, latencies, errors)
+                           for _ in range(clients)))
+    elapsed = time.perf_counter() - start
+    result = summary(np.array(latencies))
+    result.update(clients=clients, throughput_rps=len(latencies) / elapsed,
+                  errors=len(errors))
+    return result
+
+
+def serve_and_load(onnx: Path, config: ModelConfig, runs: list[tuple[int, float]],
+                   request: bytes) -> list[dict[str, float]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        write_entry(Path(tmp), "resnet18", onnx, config)
+        process, http_port, _ = start_server(Path(tmp))
+        try:
+            return [asyncio.run(_load(http_port, request, clients, seconds))
+                    for clients, seconds in runs]
+        finally:
+            process.terminate()
+            process.wait()
+
+
+def batching(args: argparse.Namespace) -> dict[str, object]:
+    model = resolve_model("builtin:resnet18")
+    x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+    request = binary_request("resnet18", x)
+    on = serve_and_load(model.artifact.onnx_path, BATCHING_ON,
+                        [(args.clients, args.seconds)], request)[0]
+    off_1, off_n = serve_and_load(model.artifact.onnx_path, BATCHING_OFF,
+                                  [(1, args.seconds), (args.clients, args.seconds)], request)
+    return {"batching_on": on, "batching_off": off_n, "batching_off_1_client": off_1,
+            "throughput_ratio": on["throughput_rps"] / off_n["throughput_rps"],
+            "p99_ratio_vs_unbatched_1_client": on["p99_ms"] / off_1["p99_ms"]}
+
+
+def machine() -> dict[str, object]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": available_cores(), "python": platform.python_version(),
+            "load_average_1m": os.getloadavg()[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=["overhead", "batching"])
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--clients", type=int, default=32)
+    args = parser.parse_args()
+    before = machine()
+    result = overhead(args) if args.scenario == "overhead" else batching(args)
+    output = {"scenario": args.scenario, "machine": before,
+              "load_average_1m_after": os.getloadavg()[0], "result": result}
+    text = json.dumps(output, indent=2)
+    (HERE / f"{args.scenario}.json").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
