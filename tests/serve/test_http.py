@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,6 +49,15 @@ def test_infer(client: httpclient.InferenceServerClient, binary: bool) -> None:
     response = result.get_response()
     assert response["model_version"] == "1" and response["id"] == "abc"
     assert ("parameters" in response["outputs"][0]) is binary
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests(client: httpclient.InferenceServerClient, algorithm: str) -> None:
+    x = np.ones((1, 16), np.float32)
+    tensor = httpclient.InferInput("input", [1, 16], "FP32")
+    tensor.set_data_from_numpy(x)
+    result = client.infer("affine", [tensor], request_compression_algorithm=algorithm)
+    np.testing.assert_allclose(result.as_numpy("output"), 3 * x)
 
 
 def test_concurrent_requests_are_batched_and_counted(
@@ -135,6 +145,16 @@ def test_bad_requests(server: Server, path: str, body: bytes, headers: object, s
     assert message in error
     ok, answer = server.request("POST", "/v2/models/affine/infer", GOOD)
     assert ok == 200 and orjson.loads(answer)["outputs"][0]["data"][0] == 3.0
+
+
+def test_compressed_body_over_the_limit(server: Server) -> None:
+    bomb = gzip.compress(b"0" * (2 * 1024 * 1024))  # inflates past the 1 MiB limit
+    status, payload = server.request("POST", "/v2/models/affine/infer", bomb,
+                                     {"Content-Encoding": "gzip"})
+    assert status == 413 and "decompressed" in orjson.loads(payload)["error"]
+    status, payload = server.request("POST", "/v2/models/affine/infer", b"junk",
+                                     {"Content-Encoding": "gzip"})
+    assert status == 400 and "cannot decompress" in orjson.loads(payload)["error"]
 
 
 def test_metrics(server: Server, client: httpclient.InferenceServerClient) -> None:

@@ -8,6 +8,7 @@ reads exactly that key. Large JSON bodies are decoded and encoded on a worker th
 from __future__ import annotations
 
 import asyncio
+import zlib
 from typing import Any
 
 import orjson
@@ -48,7 +49,33 @@ async def read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    encoding = request.headers.get("content-encoding")
+    return decompress(body, encoding, limit) if encoding else body
+
+
+# zlib window bits: gzip header, or a zlib (RFC 1950) stream for "deflate".
+_ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    """A compressed request body (tritonclient's request_compression_algorithm), inflated
+    no further than ``limit`` bytes so a small bomb cannot exhaust memory."""
+    bits = _ENCODINGS.get(encoding.strip().lower())
+    if bits is None:
+        if encoding.strip().lower() == "identity":
+            return body
+        raise InvalidInputError(f"unsupported Content-Encoding {encoding!r}; use gzip or "
+                                "deflate")
+    inflater = zlib.decompressobj(bits)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInputError(f"cannot decompress the {encoding} body: {exc}") from None
+    if len(data) > limit or inflater.unconsumed_tail:
+        raise PayloadTooLargeError(f"decompressed request body exceeds the limit of {limit} "
+                                   "bytes")
+    return data
 
 
 def _header_length(request: Request) -> int | None:
