@@ -133,6 +133,12 @@ def test_invalid_config_and_canary(tmp_path: Path, model_files: dict[str, Path],
         status, body = server.post_json("/v2/models/affine/versions/1/infer",
                                         orjson.loads(AFFINE_BODY))
         assert status == 200 and body["outputs"][0]["data"][0] == 1.0
+        # Explicit mode: a model added after the start loads through the API.
+        write_entry(root, "late", model_files["affine3"], affine_config)
+        assert server.request("GET", "/v2/models/late/ready")[0] == 404
+        assert server.request("POST", "/v2/repository/models/late/load")[0] == 200
+        status, body = server.post_json("/v2/models/late/infer", orjson.loads(AFFINE_BODY))
+        assert status == 200 and body["outputs"][0]["data"][0] == 3.0
     finally:
         assert server.stop() == 0
 

@@ -134,6 +134,8 @@ class HttpApi:
 
     async def model_ready(self, request: Request) -> Response:
         model = request.path_params["model"]
+        if model not in self.core.repository.models:
+            return error_response(f"unknown model {model!r}", 404)
         if self.core.model_ready(model, _version(request)):
             return json_response({"name": model, "ready": True})
         return error_response(f"model {model!r} is not ready", 400)
