@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from turboinfer.engines import Session
 from turboinfer.errors import InferenceError, TurboinferError, UnavailableError
-from turboinfer.serve.instances import InstancePool
+from turboinfer.serve.instances import Instance, InstancePool
 
 log = logging.getLogger(__name__)
 
@@ -112,16 +111,16 @@ class Batcher:
 
     async def _dispatch(self) -> None:
         while True:
-            session = await self.pool.acquire()
+            instance = await self.pool.acquire()
             try:
                 batch = await self._next_batch()
             except BaseException:
-                self.pool.release(session)
+                self.pool.release(instance)
                 raise
             if not batch:  # every waiting request had timed out
-                self.pool.release(session)
+                self.pool.release(instance)
                 continue
-            task = asyncio.get_running_loop().create_task(self._execute(session, batch))
+            task = asyncio.get_running_loop().create_task(self._execute(instance, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
@@ -190,12 +189,12 @@ class Batcher:
             self.observer.dequeued(time.perf_counter() - item.arrival)
         return item
 
-    async def _execute(self, session: Session, batch: list[_Pending]) -> None:
+    async def _execute(self, instance: Instance, batch: list[_Pending]) -> None:
         try:
             start = time.perf_counter()
             feeds = _merge(batch)
             merged = time.perf_counter()
-            outputs = await self.pool.run(session, feeds)
+            outputs = await instance.run(feeds)
             ran = time.perf_counter()
             _scatter(batch, outputs)
             self.observer.batch(sum(p.rows for p in batch), merged - start, ran - merged,
@@ -211,7 +210,7 @@ class Batcher:
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            self.pool.release(session)
+            self.pool.release(instance)
 
     async def drain(self, timeout_s: float = 30.0) -> None:
         """Refuse new requests, finish the queued and running ones, then stop."""

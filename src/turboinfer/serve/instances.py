@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -44,8 +45,58 @@ class InstanceSettings:
                        intra_op_threads=split_threads(self.count, cores))
 
 
+class Instance:
+    """One session and the thread that runs it.
+
+    A dedicated thread fed by a ``SimpleQueue`` and answering through
+    ``call_soon_threadsafe`` costs about 20 µs per batch here, against 45-85 µs for
+    ``run_in_executor`` (its futures, locks and callbacks), and the hop is paid on every
+    request of a small model.
+    """
+
+    def __init__(self, session: Session, name: str) -> None:
+        self.session = session
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    async def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
+        self._jobs.put((loop, future, feeds))
+        return await future
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, future, feeds = job
+            try:
+                result = self.session.run(feeds)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(_fail, future, exc)
+            else:
+                loop.call_soon_threadsafe(_succeed, future, result)
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[dict[str, np.ndarray]]",
+             dict[str, np.ndarray]]
+
+
+def _succeed(future: asyncio.Future[dict[str, np.ndarray]],
+             result: dict[str, np.ndarray]) -> None:
+    if not future.done():  # the batch may have been cancelled meanwhile
+        future.set_result(result)
+
+
+def _fail(future: asyncio.Future[dict[str, np.ndarray]], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
 class InstancePool:
-    """Free sessions in an asyncio queue: taking one is how the batcher waits for an
+    """Free instances in an asyncio queue: taking one is how the batcher waits for an
     instance, so a batch only forms when it can run at once (requests that arrive
     meanwhile make the next batch bigger)."""
 
@@ -53,10 +104,10 @@ class InstancePool:
         if not sessions:
             raise ValueError("an instance pool needs at least one session")
         self.sessions = sessions
-        self._free: asyncio.Queue[Session] = asyncio.Queue()
-        for session in sessions:
-            self._free.put_nowait(session)
-        self._executor = ThreadPoolExecutor(len(sessions), thread_name_prefix=f"{name}-inst")
+        self.instances = [Instance(s, f"{name}-inst{i}") for i, s in enumerate(sessions)]
+        self._free: asyncio.Queue[Instance] = asyncio.Queue()
+        for instance in self.instances:
+            self._free.put_nowait(instance)
 
     @classmethod
     def load(cls, artifact: ModelArtifact, settings: InstanceSettings) -> InstancePool:
@@ -68,18 +119,14 @@ class InstancePool:
 
     @property
     def size(self) -> int:
-        return len(self.sessions)
+        return len(self.instances)
 
-    async def acquire(self) -> Session:
+    async def acquire(self) -> Instance:
         return await self._free.get()
 
-    def release(self, session: Session) -> None:
-        self._free.put_nowait(session)
-
-    async def run(self, session: Session, feeds: dict[str, np.ndarray]
-                  ) -> dict[str, np.ndarray]:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, session.run, feeds)
+    def release(self, instance: Instance) -> None:
+        self._free.put_nowait(instance)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        for instance in self.instances:
+            instance.close()

@@ -81,8 +81,8 @@ class ServedVersion:
         does not pay for lazy allocations (and a model that cannot run is caught here)."""
         feeds = {spec.name: np.zeros([d if isinstance(d, int) else 1 for d in spec.shape],
                                      dtype=spec.dtype) for spec in self.inputs}
-        for session in self.pool.sessions:
-            await self.pool.run(session, feeds)
+        for instance in self.pool.instances:
+            await instance.run(feeds)
 
     async def infer(self, request: InferRequest) -> dict[str, np.ndarray]:
         start = time.perf_counter()
