@@ -87,7 +87,7 @@ def tune(
     report.json and report.html are in ``repo/<name>/tune/``.
     """
     from turboinfer.optimize.pipeline import settings_from
-    from turboinfer.optimize.tune import TuneSettings, run_tune
+    from turboinfer.optimize.tuning import TuneSettings, run_tune
 
     parsed = settings_from(variants, calib_data=calib_data, calib_count=calib_count,
                            max_accuracy_drop=max_accuracy_drop)

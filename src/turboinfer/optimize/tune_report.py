@@ -16,7 +16,7 @@ from turboinfer.serve.config import (
 )
 
 if TYPE_CHECKING:
-    from turboinfer.optimize.tune import TuneSettings
+    from turboinfer.optimize.tuning import TuneSettings
 
 TABLE_COLUMNS = ("candidate", "metric", "budget", "p50@1", "p99@1", "max_batch", "delay_ms",
                  "qps", "slo", "")

@@ -106,6 +106,8 @@ def build_int8_static(ctx: Context) -> list[Built]:
 
 
 def build_int4(ctx: Context) -> list[Built]:
+    if not ctx.layers:
+        return [Built("int4", Variant.INT4, skipped=NOTHING_TO_QUANTIZE)]
     model = onnx.load(str(ctx.base), load_external_data=False)
     elements = matmul_weight_elements(model)
     if elements < INT4_MIN_MATMUL_WEIGHTS:

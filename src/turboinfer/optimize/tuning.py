@@ -1,4 +1,7 @@
-"""``tune``: variants x engines x threads x batch sizes, under a p99 SLO and an accuracy
+"""The tuner behind ``tune`` (the module is not named tune.py so that it cannot shadow
+the package's ``tune`` function once imported).
+
+Variants x engines x threads x batch sizes, under a p99 SLO and an accuracy
 budget; the winner becomes a model-repository entry with derived batching settings.
 
 What keeps it to minutes on two cores: all int8-static calibrations are judged for
