@@ -182,11 +182,20 @@ def test_full_queue_rejects_fast_with_bounded_memory(slow_server: Server) -> Non
     assert _timed_post(slow_server, body, headers)[0] == 200
 
 
+def _pending(server: Server) -> float:
+    text = server.request("GET", "/metrics")[1].decode()
+    for line in text.splitlines():
+        if line.startswith("turboinfer_pending_requests{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_sigterm_drains_in_flight_requests(slow_server: Server) -> None:
     body, headers = _slow_body(3000)  # each request holds the instance for a while
     with ThreadPoolExecutor(3) as pool:
         futures = [pool.submit(_timed_post, slow_server, body, headers) for _ in range(3)]
-        time.sleep(0.3)
+        # SIGTERM only once all three are inside: one running, two queued.
+        _wait(lambda: _pending(slow_server) == 2, 30)
         slow_server.process.send_signal(signal.SIGTERM)
         _wait(lambda: slow_server.request("GET", "/v2/health/ready")[0] == 503, 5)
         statuses = [future.result()[0] for future in futures]

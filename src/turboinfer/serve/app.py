@@ -1,14 +1,12 @@
 """HTTP routes of the Open Inference Protocol (KServe v2) on Starlette.
 
 Every error leaves as ``{"error": "..."}`` with the error's HTTP status: tritonclient
-reads exactly that key. Large JSON bodies are decoded and encoded on a worker thread so a
-10 MB request does not stall every other connection on the event loop.
+reads exactly that key. The infer route itself lives in ``http_infer`` (the hot path,
+bare ASGI); these are the control-plane routes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import zlib
 from typing import Any
 
 import orjson
@@ -18,14 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from turboinfer.errors import InvalidInputError, PayloadTooLargeError, TurboinferError
+from turboinfer.errors import TurboinferError
 from turboinfer.serve.core import ServerCore
+from turboinfer.serve.http_infer import InferEndpoint
 from turboinfer.serve.metrics import CONTENT_TYPE
-from turboinfer.serve.protocol import decode_request, encode_response
 
 JSON = "application/json"
-# Above this many bytes a JSON body is decoded off the event loop.
-OFFLOAD_BYTES = 256 * 1024
 
 
 def json_response(data: Any, status: int = 200) -> Response:
@@ -34,59 +30,6 @@ def json_response(data: Any, status: int = 200) -> Response:
 
 def error_response(message: str, status: int) -> Response:
     return json_response({"error": message}, status)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to exceed ``limit``."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise PayloadTooLargeError(f"request body of {length} bytes exceeds the limit of "
-                                   f"{limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    encoding = request.headers.get("content-encoding")
-    return decompress(body, encoding, limit) if encoding else body
-
-
-# zlib window bits: gzip header, or a zlib (RFC 1950) stream for "deflate".
-_ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-
-
-def decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """A compressed request body (tritonclient's request_compression_algorithm), inflated
-    no further than ``limit`` bytes so a small bomb cannot exhaust memory."""
-    bits = _ENCODINGS.get(encoding.strip().lower())
-    if bits is None:
-        if encoding.strip().lower() == "identity":
-            return body
-        raise InvalidInputError(f"unsupported Content-Encoding {encoding!r}; use gzip or "
-                                "deflate")
-    inflater = zlib.decompressobj(bits)
-    try:
-        data = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise InvalidInputError(f"cannot decompress the {encoding} body: {exc}") from None
-    if len(data) > limit or inflater.unconsumed_tail:
-        raise PayloadTooLargeError(f"decompressed request body exceeds the limit of {limit} "
-                                   "bytes")
-    return data
-
-
-def _header_length(request: Request) -> int | None:
-    value = request.headers.get("inference-header-content-length")
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidInputError(
-            f"Inference-Header-Content-Length must be an integer, got {value!r}") from None
 
 
 def _version(request: Request) -> str | None:
@@ -100,21 +43,6 @@ class HttpApi:
     def __init__(self, core: ServerCore) -> None:
         self.core = core
         self.limit = core.settings.max_body_bytes
-
-    async def infer(self, request: Request) -> Response:
-        body = await read_body(request, self.limit)
-        header_length = _header_length(request)
-        if header_length is None and len(body) > OFFLOAD_BYTES:
-            decoded = await asyncio.to_thread(decode_request, body, header_length)
-        else:
-            decoded = decode_request(body, header_length)
-        served, outputs = await self.core.infer(request.path_params["model"],
-                                                _version(request), decoded)
-        content, json_length = encode_response(served.name, served.label, decoded, outputs)
-        if json_length is None:
-            return Response(content, media_type=JSON)
-        return Response(content, media_type="application/octet-stream",
-                        headers={"Inference-Header-Content-Length": str(json_length)})
 
     async def live(self, request: Request) -> Response:
         return json_response({"live": True})
@@ -152,12 +80,10 @@ class HttpApi:
         return json_response(self.core.repository.index())
 
     async def load(self, request: Request) -> Response:
-        await read_body(request, self.limit)  # config overrides in the body are not supported
         await self.core.load(request.path_params["model"])
         return json_response({})
 
     async def unload(self, request: Request) -> Response:
-        await read_body(request, self.limit)
         await self.core.unload(request.path_params["model"])
         return json_response({})
 
@@ -170,7 +96,6 @@ class HttpApi:
             model_routes += [
                 Route(prefix, self.model_metadata),
                 Route(prefix + "/ready", self.model_ready),
-                Route(prefix + "/infer", self.infer, methods=["POST"]),
                 Route(prefix + "/config", self.model_config),
                 Route(prefix + "/stats", self.model_stats),
             ]
@@ -187,13 +112,15 @@ class HttpApi:
         ]
 
 
-def create_app(core: ServerCore) -> Starlette:
-    """The Starlette application serving ``core``."""
-    return Starlette(routes=HttpApi(core).routes(), exception_handlers={
+def create_app(core: ServerCore) -> InferEndpoint:
+    """The ASGI application serving ``core``: infer on the fast path, the rest on
+    Starlette."""
+    routes = Starlette(routes=HttpApi(core).routes(), exception_handlers={
         TurboinferError: _domain_error,
         HTTPException: _http_error,
         Exception: _internal_error,
     })
+    return InferEndpoint(core, routes)
 
 
 async def _domain_error(request: Request, exc: Exception) -> Response:
