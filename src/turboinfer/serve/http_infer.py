@@ -113,6 +113,8 @@ class InferEndpoint:
         except Exception as exc:  # the client still gets the protocol's error shape
             log.exception("infer failed")
             status, headers, body = 500, _JSON_HEADERS, _error(f"internal error: {exc!r}")
+        # An explicit length: without it uvicorn would send the body chunked.
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
