@@ -99,7 +99,26 @@ def run_steps(
     taylor_batches: Sequence[Batch],
     loss_fn: LossFn,
 ) -> None:
-    """Prune step by step; each Taylor step ranks with fresh gradients of the pruned model."""
+    """Prune step by step; each Taylor step ranks with fresh gradients of the pruned model.
+
+    A forward that fails between steps means the model's code does not follow the new
+    widths (a reshape to fixed sizes, say), which is named like a failed trace.
+    """
+    try:
+        _run(model, teacher, pruner, steps, spec, taylor_batches, loss_fn)
+    except Exception as exc:  # whatever the model's own forward raises on the new widths
+        raise _inconsistent(model, exc) from None
+
+
+def _run(
+    model: torch.nn.Module,
+    teacher: torch.nn.Module,
+    pruner: tp.pruner.MetaPruner,
+    steps: Sequence[Step],
+    spec: PrunerSpec,
+    taylor_batches: Sequence[Batch],
+    loss_fn: LossFn,
+) -> None:
     for step in steps:
         criterion = CRITERIA[step.criterion]
         pruner.importance = criterion.make()
@@ -117,10 +136,14 @@ def check_runs(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...])
         with torch.no_grad():
             model.eval()(*example_inputs)
     except Exception as exc:  # whatever the model's own code raises on the new widths
-        raise ModelLoadError(
-            f"Torch-Pruning cannot prune {type(model).__name__} consistently: after pruning "
-            f"its forward fails with {_first_line(exc)} (sizes fixed in the model code?)"
-        ) from None
+        raise _inconsistent(model, exc) from None
+
+
+def _inconsistent(model: torch.nn.Module, exc: BaseException) -> ModelLoadError:
+    return ModelLoadError(
+        f"Torch-Pruning cannot prune {type(model).__name__} consistently: after a pruning "
+        f"step its forward fails with {_first_line(exc)} (sizes fixed in the model code?)"
+    )
 
 
 def _first_line(exc: BaseException) -> str:

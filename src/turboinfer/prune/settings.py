@@ -61,7 +61,7 @@ class DistillSettings:
     objective: Objective = Objective.LOGITS
     temperature: float = 4.0
     alpha: float = 0.7
-    lr: float = 1e-3
+    lr: float = 3e-4
     weight_decay: float = 1e-4
 
     def __post_init__(self) -> None:

@@ -1,0 +1,96 @@
+"""``turboinfer prune``: structured pruning + distillation of a built-in PyTorch model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.errors import ConfigError
+from turboinfer.output import print_json
+
+if TYPE_CHECKING:
+    from turboinfer.prune.settings import PruneSettings
+
+NAME = "prune"
+HELP = "prune channels/heads (L1 then Taylor), distil from the original, export ONNX"
+
+
+def _fraction(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="builtin:NAME (pruning needs the PyTorch model)")
+    parser.add_argument("--target-sparsity", type=_fraction, default=0.5,
+                        help="fraction of each prunable layer's channels/heads to remove, in "
+                             "(0, 1) (default 0.5)")
+    parser.add_argument("--schedule", default=None, metavar="CRIT:AMOUNT,...",
+                        help="e.g. l1:0.3,taylor:0.2; amounts add up to the target "
+                             "(default: L1 for 60%% of it, then Taylor)")
+    parser.add_argument("--steps-per-phase", type=positive_int, default=2)
+    parser.add_argument("--distill-epochs", type=int, default=10)
+    parser.add_argument("--temperature", type=float, default=4.0)
+    parser.add_argument("--train-data", type=Path, default=None, metavar="PATH",
+                        help=".npz with one array per model input (+ 'labels'); for "
+                             "builtin:minilm a text file, one sentence per line, added to "
+                             "the bundled sentences")
+    parser.add_argument("--protect", type=comma_list(str), default=("first", "last"),
+                        help="layers whose output channels stay: first,last (default), "
+                             "last, first, or none")
+    parser.add_argument("--semi-structured", action="store_true",
+                        help="also impose 2:4 sparsity (pays only on sparse tensor cores)")
+    parser.add_argument("--latency-batch", type=positive_int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-threads", type=int, default=0,
+                        help="torch threads for ranking and distillation (0: torch default; "
+                             "1 is often faster for small models on a busy machine)")
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from turboinfer.prune.measure import LatencySettings
+    from turboinfer.prune.pipeline import prune_builtin
+    from turboinfer.prune.report import format_text
+
+    settings = build_settings(args)
+    if args.train_threads > 0:
+        import torch
+
+        torch.set_num_threads(args.train_threads)
+    if not args.json and sys.stderr.isatty():
+        print(f"pruning {args.model} to {settings.target_sparsity:g} ...", file=sys.stderr)
+    report = prune_builtin(args.model, settings, args.output, train_path=args.train_data,
+                           latency=LatencySettings(batch_size=args.latency_batch))
+    data = report.to_dict()
+    if args.json:
+        print_json(data)
+    else:
+        print(format_text(data))
+        print(f"files: {', '.join(data['files'].values())}")
+    return 0
+
+
+def build_settings(args: argparse.Namespace) -> PruneSettings:
+    # Imported here: torch and Torch-Pruning load only when the command runs, not for --help.
+    from turboinfer.prune.settings import DistillSettings, Protect, PruneSettings, parse_schedule
+
+    names = [p for p in args.protect if p != "none"]
+    unknown = [p for p in names if p not in {m.value for m in Protect}]
+    if unknown:
+        raise ConfigError(f"unknown --protect value {unknown[0]!r}: use first, last or none")
+    return PruneSettings(
+        target_sparsity=args.target_sparsity,
+        schedule=parse_schedule(args.schedule) if args.schedule else (),
+        steps_per_phase=args.steps_per_phase,
+        protect=frozenset(Protect(p) for p in names),
+        semi_structured=args.semi_structured,
+        seed=args.seed,
+        distill=DistillSettings(epochs=args.distill_epochs, temperature=args.temperature),
+    )

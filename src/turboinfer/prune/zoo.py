@@ -1,0 +1,103 @@
+"""What pruning needs from a built-in model: training data, tracing inputs, an evaluator.
+
+A table keyed by model name says where each entry's training data comes from; an entry
+without one needs ``--train-data``. Evaluation is the entry's own metric, run on the
+torch module, so the numbers match what ``optimize`` reports for the ONNX file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from turboinfer.errors import ConfigError
+from turboinfer.models.zoo import RunFn, ZooEntry
+from turboinfer.prune.api import EvalFn
+from turboinfer.prune.data import TrainData, load_arrays, load_text
+from turboinfer.prune.settings import Objective
+
+RESNET_TRAIN_IMAGES = 64  # random weights: these images only feed Taylor and distillation
+
+
+@dataclass(frozen=True)
+class PruneTask:
+    entry: ZooEntry
+    objective: Objective
+    example_inputs: tuple[torch.Tensor, ...]
+    train_data: TrainData
+    eval_fn: EvalFn
+
+
+def _digits(extra: Path | None, batch: int, seed: int) -> TrainData:
+    from turboinfer.models import digits
+
+    split = digits.data()  # the zoo's fixed split: the evaluation images are never trained on
+    return TrainData({"input": split.train_x}, split.train_y, batch_size=batch, seed=seed)
+
+
+def _resnet(name: str) -> Callable[[Path | None, int, int], TrainData]:
+    def load(extra: Path | None, batch: int, seed: int) -> TrainData:
+        from turboinfer.models.zoo import get_entry
+
+        images = get_entry(name).calibration(RESNET_TRAIN_IMAGES)
+        return TrainData(dict(images), None, batch_size=batch, seed=seed)
+
+    return load
+
+
+def _minilm(extra: Path | None, batch: int, seed: int) -> TrainData:
+    from turboinfer.models import minilm
+
+    texts = minilm.calibration_sentences() + (load_text(extra) if extra else ())
+    # One width for all (the longest text): batches are then plain array slices.
+    return TrainData(dict(minilm.tokenize(texts)), None, batch_size=batch, seed=seed)
+
+
+TRAIN_DATA: dict[str, Callable[[Path | None, int, int], TrainData]] = {
+    "digits-cnn": _digits,
+    "resnet18": _resnet("resnet18"),
+    "resnet50": _resnet("resnet50"),
+    "minilm": _minilm,
+}
+# Where extra text is added to the bundled data instead of replacing it.
+TEXT_DATA = frozenset({"minilm"})
+OBJECTIVES = {"embeddings": Objective.EMBEDDING}
+
+
+def task_for(
+    entry: ZooEntry, *, train_path: Path | None = None, batch_size: int = 64, seed: int = 0
+) -> PruneTask:
+    if train_path is not None and entry.name not in TEXT_DATA:
+        data = load_arrays(train_path, entry.input_names, batch_size=batch_size, seed=seed)
+    elif entry.name in TRAIN_DATA:
+        data = TRAIN_DATA[entry.name](train_path, batch_size, seed)
+    else:
+        raise ConfigError(f"builtin {entry.name} has no training data: pass --train-data FILE.npz")
+    example = entry.example_inputs(2)
+    tensors = tuple(torch.from_numpy(np.asarray(example[n])) for n in entry.input_names)
+    evalset = entry.evaluation()
+    return PruneTask(
+        entry=entry,
+        objective=OBJECTIVES.get(entry.output_names[0], Objective.LOGITS),
+        example_inputs=tensors,
+        train_data=data,
+        eval_fn=lambda module: entry.metric.compute(torch_run(module, entry), evalset),
+    )
+
+
+def torch_run(module: nn.Module, entry: ZooEntry) -> RunFn:
+    """The entry's metric drives engines by name; this drives the torch module the same way."""
+    output = entry.output_names[0]
+
+    def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            args = (torch.from_numpy(np.asarray(feeds[n])) for n in entry.input_names)
+            return {output: module(*args).numpy()}
+
+    return run
+
