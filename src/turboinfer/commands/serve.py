@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "only through the load/unload API; none: fixed at start")
     parser.add_argument("--poll-seconds", type=float, default=5.0)
     parser.add_argument("--zoo-models", type=comma_list(str), default=DEFAULT_ZOO_MODELS,
-                        help="without REPO: built-in models built and loaded at start "
+                        help="without REPO: built-in models built (first run: exported "
+                             "and cached) and loaded at start; the other built-in models "
+                             "are listed and load through the repository API "
                              f"(default {','.join(DEFAULT_ZOO_MODELS)})")
     parser.add_argument("--max-body-mb", type=positive_int, default=64,
                         help="largest accepted request body in MiB (default 64)")

@@ -16,7 +16,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
-from turboinfer.errors import InvalidInputError, TurboinferError
+from turboinfer.errors import ConfigError, InvalidInputError, TurboinferError
 from turboinfer.serve.core import ServerCore
 from turboinfer.serve.protocol import (
     DATATYPES,
@@ -174,6 +174,9 @@ async def start_grpc(core: ServerCore, host: str, port: int) -> tuple[Any, int]:
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", -1)])
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(core), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:
+        raise ConfigError(f"cannot listen on {host}:{port} for gRPC (port in use?)") from None
     await server.start()
     return server, bound

@@ -95,8 +95,10 @@ class Repository:
         return served
 
     # --- loading --------------------------------------------------------------------
-    async def load_all(self) -> None:
-        results = await asyncio.gather(*(self.load(name) for name in list(self.models)),
+    async def load_all(self, names: list[str] | None = None) -> None:
+        """Load ``names`` (default: every model); failures stay in the index."""
+        chosen = list(self.models) if names is None else names
+        results = await asyncio.gather(*(self.load(name) for name in chosen),
                                        return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, TurboinferError):
@@ -183,7 +185,10 @@ class Repository:
 
     async def _retire_one(self, served: ServedVersion) -> None:
         await served.retire(self.drain_timeout_s)
-        self.metrics.forget(served.name, served.label)
+        state = self.models.get(served.name)
+        # A reload of the same version number shares its metric series: keep them.
+        if state is None or served.version not in state.versions:
+            self.metrics.forget(served.name, served.label)
         log.info("model %s version %s retired", served.name, served.label)
 
     def _update_gauge(self) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from turboinfer.errors import ConfigError
 from turboinfer.serve.app import create_app
 from turboinfer.serve.core import ModelControl, ServerCore, ServerSettings
 from turboinfer.serve.metrics import Metrics
@@ -46,7 +47,18 @@ class _Uvicorn(uvicorn.Server):
 def _sources(settings: ServerSettings) -> dict[str, ModelSource]:
     if settings.repository is not None:
         return scan_directory(settings.repository)
-    return zoo_sources(list(settings.zoo_models))
+    from turboinfer.models.zoo import names
+
+    known = names()
+    unknown = [name for name in settings.zoo_models if name not in known]
+    if unknown:
+        raise ConfigError(f"unknown built-in model {unknown[0]!r}; known: {', '.join(known)}")
+    # Every zoo model is listed (and loadable through the API); the chosen ones load now.
+    return zoo_sources(known)
+
+
+def _initial(settings: ServerSettings) -> list[str] | None:
+    return None if settings.repository is not None else list(settings.zoo_models)
 
 
 def build_core(settings: ServerSettings) -> ServerCore:
@@ -59,7 +71,11 @@ def build_core(settings: ServerSettings) -> ServerCore:
 def _listen(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(2048)
     sock.setblocking(False)
     return sock
@@ -93,7 +109,7 @@ async def serve(settings: ServerSettings, on_ready: Callable[[Bound], None] | No
         grpc_server, grpc_port = await start_grpc(core, settings.host, settings.grpc_port)
     background: list[asyncio.Task[None]] = []
     try:
-        await core.repository.load_all()
+        await core.repository.load_all(_initial(settings))
         core.started = True
         if settings.model_control is ModelControl.POLL:
             background.append(asyncio.create_task(_poll(core)))
