@@ -5,7 +5,8 @@
 
 ``overhead``: builtin:digits-cnn, one client, batch 1. The engine's in-process p50 (same
 session settings as the server's single instance) against the p50 of the same request
-sent over HTTP (binary tensors and JSON, keep-alive raw-socket client) and gRPC.
+sent over HTTP (binary tensors and JSON from a keep-alive raw-socket client, and binary
+from tritonclient.http) and gRPC (tritonclient.grpc). Client time is included.
 
 ``batching``: builtin:resnet18, batch-1 requests over HTTP (binary), served once with
 dynamic batching (max_batch_size 32, opportunistic: no queue delay) and once without
@@ -119,6 +120,22 @@ def grpc_latencies(port: int, x: np.ndarray, count: int) -> np.ndarray:
     return times
 
 
+def tritonclient_http_latencies(port: int, x: np.ndarray, count: int) -> np.ndarray:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+    tensor = httpclient.InferInput("input", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    times = np.empty(count)
+    for i in range(count + 200):
+        start = time.perf_counter()
+        client.infer("digits-cnn", [tensor])
+        if i >= 200:
+            times[i - 200] = time.perf_counter() - start
+    client.close()
+    return times
+
+
 def in_process(model_path: Path, x: np.ndarray, count: int) -> np.ndarray:
     session = load_session(resolve_model("builtin:digits-cnn").artifact, "onnxruntime",
                            EngineSettings(intra_op_threads=available_cores()))
@@ -154,6 +171,8 @@ def overhead(args: argparse.Namespace) -> dict[str, object]:
                     "digits-cnn", x), args.requests)),
                 "http_json": summary(http_latencies(http_port, json_request("digits-cnn", x),
                                                     args.requests)),
+                "tritonclient_http_binary": summary(tritonclient_http_latencies(
+                    http_port, x, args.requests)),
                 "grpc": summary(grpc_latencies(grpc_port, x, args.requests)),
             }
         finally:
@@ -209,11 +228,25 @@ def serve_and_load(onnx: Path, config: ModelConfig, runs: list[tuple[int, float]
         write_entry(Path(tmp), "resnet18", onnx, config)
         process, http_port, _ = start_server(Path(tmp))
         try:
-            return [asyncio.run(_load(http_port, request, clients, seconds))
-                    for clients, seconds in runs]
+            results = [asyncio.run(_load(http_port, request, clients, seconds))
+                       for clients, seconds in runs]
+            stats = _stats(http_port)
+            results[-1]["average_batch_size"] = (stats["inference_count"]
+                                                 / max(1, stats["execution_count"]))
+            return results
         finally:
             process.terminate()
             process.wait()
+
+
+def _stats(port: int) -> dict[str, int]:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    connection.request("GET", "/v2/models/resnet18/stats")
+    stats: dict[str, int] = orjson.loads(connection.getresponse().read())["model_stats"][0]
+    connection.close()
+    return stats
 
 
 def batching(args: argparse.Namespace) -> dict[str, object]:
