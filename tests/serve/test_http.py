@@ -77,6 +77,11 @@ def test_concurrent_requests_are_batched_and_counted(
     assert sizes and max(sizes) <= 8
     stats_ns = stats["inference_stats"]
     assert stats_ns["success"]["count"] >= 16 and stats_ns["queue"]["ns"] > 0
+    # Per request in inference_stats, per batch in batch_stats (Triton's semantics).
+    computed = stats_ns["compute_infer"]["count"]
+    assert computed - before["inference_stats"]["compute_infer"]["count"] == 16
+    assert sum(b["compute_infer"]["count"] for b in stats["batch_stats"]) == \
+        stats["execution_count"]
 
 
 def test_repository_index_load_unload(client: httpclient.InferenceServerClient) -> None:

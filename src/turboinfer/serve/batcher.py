@@ -45,7 +45,8 @@ class BatchObserver:
 
     def dequeued(self, queue_s: float) -> None: ...
 
-    def batch(self, rows: int, input_s: float, infer_s: float, output_s: float) -> None: ...
+    def batch(self, rows: int, requests: int, input_s: float, infer_s: float,
+              output_s: float) -> None: ...
 
 
 class _Pending:
@@ -177,6 +178,7 @@ class Batcher:
                 del self._levels[priority]
             if full:
                 break
+        self.observer.queued(self._count)
         return batch
 
     def _drop(self, item: _Pending, timed_out: bool = False) -> _Pending:
@@ -197,7 +199,8 @@ class Batcher:
             outputs = await instance.run(feeds)
             ran = time.perf_counter()
             _scatter(batch, outputs)
-            self.observer.batch(sum(p.rows for p in batch), merged - start, ran - merged,
+            self.observer.batch(sum(p.rows for p in batch), len(batch), merged - start,
+                                ran - merged,
                                 time.perf_counter() - ran)
         except BaseException as exc:
             error = exc if isinstance(exc, TurboinferError) else InferenceError(

@@ -82,9 +82,9 @@ class Duration:
     count: int = 0
     ns: int = 0
 
-    def add(self, seconds: float) -> None:
-        self.count += 1
-        self.ns += int(seconds * 1e9)
+    def add(self, seconds: float, times: int = 1) -> None:
+        self.count += times
+        self.ns += int(seconds * 1e9) * times
 
     def to_dict(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
@@ -129,17 +129,20 @@ class VersionStats(BatchObserver):
         self.queue.add(queue_s)
         self._queue_time.observe(queue_s)
 
-    def batch(self, rows: int, input_s: float, infer_s: float, output_s: float) -> None:
+    def batch(self, rows: int, requests: int, input_s: float, infer_s: float,
+              output_s: float) -> None:
         self.inference_count += rows
         self.execution_count += 1
         self.last_inference_ms = int(time.time() * 1000)
         totals = self.batches.get(rows)
         if totals is None:
             totals = self.batches[rows] = BatchTotals()
-        for target in (self.totals, totals):
-            target.compute_input.add(input_s)
-            target.compute_infer.add(infer_s)
-            target.compute_output.add(output_s)
+        # As in Triton: batch_stats count batches; inference_stats count requests, each
+        # charged the whole compute time of the batch it ran in.
+        for target, times in ((totals, 1), (self.totals, requests)):
+            target.compute_input.add(input_s, times)
+            target.compute_infer.add(infer_s, times)
+            target.compute_output.add(output_s, times)
         self._inferences.inc(rows)
         self._executions.inc()
         self._batch_size.observe(rows)
