@@ -84,6 +84,10 @@ class Batcher:
         return self._count
 
     @property
+    def full(self) -> bool:
+        return self._count >= self.settings.max_queue_size
+
+    @property
     def in_flight(self) -> int:
         return self._count + len(self._running)
 
@@ -94,7 +98,7 @@ class Batcher:
                      timeout_s: float | None = None) -> Outputs:
         if self._closed:
             raise UnavailableError("this model version is being unloaded")
-        if self._count >= self.settings.max_queue_size:
+        if self.full:
             raise UnavailableError(
                 f"queue full ({self.settings.max_queue_size} requests waiting); retry later")
         timeout_s = timeout_s if timeout_s is not None else self.settings.default_timeout_s

@@ -63,6 +63,16 @@ class ServerCore:
     def ready(self) -> bool:
         return self.started and not self.draining
 
+    def admit(self, model: str) -> None:
+        """Refuse before the body is even read when the answer is known to be 503: a
+        burst against a full queue then costs neither bandwidth nor memory."""
+        if self.draining:
+            raise UnavailableError("the server is shutting down")
+        state = self.repository.models.get(model)
+        if state is not None and state.versions and all(
+                served.batcher.full for served in state.versions.values()):
+            raise UnavailableError(f"queue of model {model!r} is full; retry later")
+
     async def infer(self, model: str, version: str | None,
                     request: InferRequest) -> tuple[ServedVersion, dict[str, np.ndarray]]:
         if self.draining:

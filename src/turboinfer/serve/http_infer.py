@@ -120,6 +120,7 @@ class InferEndpoint:
 
     async def _infer(self, scope: Scope, receive: Receive, model: str, version: str | None
                      ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        self.core.admit(model)
         length = encoding = header = None
         for name, value in scope["headers"]:
             if name == b"content-length":
