@@ -18,6 +18,8 @@ import onnx
 import onnxruntime as ort
 import onnxslim
 
+from turboinfer.optimize.logs import quiet
+
 log = logging.getLogger(__name__)
 
 PORTABLE_LEVEL = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
@@ -66,7 +68,7 @@ def fuse_transformer(src: Path, dst: Path) -> bool:
     from onnxruntime.transformers.optimizer import optimize_model
 
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with quiet():
             fused = optimize_model(str(src), model_type="bert", num_heads=0, hidden_size=0,
                                    opt_level=0, use_gpu=False)
     except Exception as exc:  # the optimizer raises bare errors on graphs it cannot parse

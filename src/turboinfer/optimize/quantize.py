@@ -6,10 +6,7 @@ functions over paths so the mixed-precision search can call them again with excl
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from turboinfer.optimize.calibration import CALIBRATORS
+from turboinfer.optimize.logs import quiet
 from turboinfer.optimize.settings import ActivationType, CalibrationMethod
 
 log = logging.getLogger(__name__)
@@ -57,10 +55,12 @@ def prepare(src: Path, dst: Path) -> Path:
     """Shape inference and basic fusions (Conv+BatchNorm) ORT recommends before quantizing,
     and a name on every node so layers can be excluded by name."""
     try:
-        quant_pre_process(str(src), str(dst))
+        with quiet():
+            quant_pre_process(str(src), str(dst))
     except Exception as exc:  # symbolic shape inference fails on some exported graphs
         log.info("symbolic shape inference failed (%s); using ONNX shape inference", exc)
-        quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
+        with quiet():
+            quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
     model = onnx.load(str(dst))
     for index, node in enumerate(model.graph.node):
         if not node.name:
@@ -81,7 +81,7 @@ def quantize_int8_dynamic(base: Path, dst: Path) -> Path:
     cosine to FP32 from 0.968 to 0.994; products of two activations (attention scores)
     stay float, since their ranges change with every input.
     """
-    with _quiet():
+    with quiet():
         quantize_dynamic(str(base), str(dst), op_types_to_quantize=list(DYNAMIC_OPS),
                          per_channel=True, weight_type=QuantType.QInt8,
                          extra_options={"MatMulConstBOnly": True})
@@ -91,7 +91,7 @@ def quantize_int8_dynamic(base: Path, dst: Path) -> Path:
 def quantize_int8_static(base: Path, dst: Path, quant: StaticQuant) -> Path:
     """QDQ with per-channel signed weights; activations as ``quant.activation`` says."""
     ort_method: OrtCalibration = CALIBRATORS[quant.method].ort_method
-    with _quiet():
+    with quiet():
         quantize_static(
             str(base), str(dst), None,
             quant_format=QuantFormat.QDQ,
@@ -123,7 +123,7 @@ def quantize_int4(base: Path, dst: Path, block_size: int) -> Path:
 
     quantizer = MatMulNBitsQuantizer(onnx.load(str(base)), block_size=block_size,
                                      is_symmetric=True, accuracy_level=4)
-    with _quiet():
+    with quiet():
         quantizer.process()
     quantizer.model.save_model_to_file(str(dst), use_external_data_format=False)
     return dst
@@ -132,15 +132,3 @@ def quantize_int4(base: Path, dst: Path, block_size: int) -> Path:
 def weight_bytes(model: onnx.ModelProto) -> int:
     return sum(numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
 
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """ORT's quantizers print and log progress; stdout belongs to --json output."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.ERROR))
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        root.setLevel(level)
