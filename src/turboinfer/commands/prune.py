@@ -45,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "last, first, or none")
     parser.add_argument("--semi-structured", action="store_true",
                         help="also impose 2:4 sparsity (pays only on sparse tensor cores)")
+    parser.add_argument("--batch-size", type=positive_int, default=64,
+                        help="training batch for Taylor ranking and distillation")
     parser.add_argument("--latency-batch", type=positive_int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-threads", type=int, default=0,
@@ -92,5 +94,6 @@ def build_settings(args: argparse.Namespace) -> PruneSettings:
         protect=frozenset(Protect(p) for p in names),
         semi_structured=args.semi_structured,
         seed=args.seed,
+        batch_size=args.batch_size,
         distill=DistillSettings(epochs=args.distill_epochs, temperature=args.temperature),
     )

@@ -86,6 +86,11 @@ def build_pruner(
         raise ModelLoadError(
             f"Torch-Pruning cannot trace {type(model).__name__}: {_first_line(exc)}"
         ) from None
+    if spec.num_heads:
+        # Torch-Pruning removes ceil(cumulative ratio × heads left) heads at every step,
+        # which compounds: 4 steps toward 50% leave 1 head of 4. Heads therefore go in
+        # one cut at the last step (ranked by the last criterion), channels iteratively.
+        pruner.per_step_head_pruning_ratio = [0.0] * len(steps) + [settings.target_sparsity]
     return pruner, steps
 
 
