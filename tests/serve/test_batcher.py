@@ -129,6 +129,7 @@ def test_full_queue_rejects_at_once_and_timeouts_expire() -> None:
             await batcher.submit(rows(3), 1)
         assert time.perf_counter() - start < 0.05
         await asyncio.sleep(0.1)
+        assert all(task.done() for task in queued)  # expired while the instance was busy
         session.gate.set()
         await running
         for task in queued:

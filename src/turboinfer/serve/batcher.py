@@ -50,17 +50,23 @@ class BatchObserver:
 
 
 class _Pending:
-    __slots__ = ("arrival", "deadline", "future", "inputs", "rows", "signature")
+    __slots__ = ("arrival", "future", "inputs", "rows", "signature", "timer")
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int,
-                 future: asyncio.Future[Outputs], deadline: float | None) -> None:
+                 future: asyncio.Future[Outputs]) -> None:
         self.inputs = inputs
         self.rows = rows
         self.future = future
         self.arrival = time.perf_counter()
-        self.deadline = deadline
+        self.timer: asyncio.TimerHandle | None = None
         # Requests are batched together only if everything but the batch axis agrees.
         self.signature = tuple((n, a.dtype.str, a.shape[1:]) for n, a in inputs.items())
+
+
+def _expire(future: asyncio.Future[Outputs], timeout_s: float) -> None:
+    if not future.done():
+        future.set_exception(UnavailableError(
+            f"request timed out after {timeout_s * 1000:g} ms in the queue"))
 
 
 class Batcher:
@@ -102,12 +108,17 @@ class Batcher:
             raise UnavailableError(
                 f"queue full ({self.settings.max_queue_size} requests waiting); retry later")
         timeout_s = timeout_s if timeout_s is not None else self.settings.default_timeout_s
-        future: asyncio.Future[Outputs] = asyncio.get_running_loop().create_future()
-        deadline = time.perf_counter() + timeout_s if timeout_s is not None else None
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outputs] = loop.create_future()
+        pending = _Pending(inputs, rows, future)
+        if timeout_s is not None:
+            # A queue timeout: the timer fails the request on time even while every
+            # instance is busy; taking the request into a batch cancels it.
+            pending.timer = loop.call_later(timeout_s, _expire, future, timeout_s)
         level = self._levels.get(priority)
         if level is None:
             level = self._levels[priority] = deque()
-        level.append(_Pending(inputs, rows, future, deadline))
+        level.append(pending)
         self._count += 1
         self._rows += rows
         self.observer.queued(self._count)
@@ -122,7 +133,7 @@ class Batcher:
             except BaseException:
                 self.pool.release(instance)
                 raise
-            if not batch:  # every waiting request had timed out
+            if not batch:  # every waiting request had timed out or was cancelled
                 self.pool.release(instance)
                 continue
             task = asyncio.get_running_loop().create_task(self._execute(instance, batch))
@@ -160,15 +171,15 @@ class Batcher:
 
     def _take(self) -> list[_Pending]:
         """Highest priority first, FIFO within a level, compatible shapes only."""
-        limit, now = self._row_limit(), time.perf_counter()
+        limit = self._row_limit()
         batch: list[_Pending] = []
         rows, full = 0, False
         for priority in sorted(self._levels, reverse=True):
             level, skipped = self._levels[priority], deque[_Pending]()
             while level and not full:
                 item = level[0]
-                if item.deadline is not None and now > item.deadline:
-                    self._drop(level.popleft(), timed_out=True)
+                if item.future.done():  # timed out, or its client went away
+                    self._drop(level.popleft(), served=False)
                 elif batch and item.signature != batch[0].signature:
                     skipped.append(level.popleft())
                 elif batch and rows + item.rows > limit:
@@ -185,13 +196,12 @@ class Batcher:
         self.observer.queued(self._count)
         return batch
 
-    def _drop(self, item: _Pending, timed_out: bool = False) -> _Pending:
+    def _drop(self, item: _Pending, served: bool = True) -> _Pending:
         self._count -= 1
         self._rows -= item.rows
-        if timed_out and not item.future.done():
-            item.future.set_exception(
-                UnavailableError("request timed out waiting in the queue"))
-        else:
+        if item.timer is not None:
+            item.timer.cancel()
+        if served:
             self.observer.dequeued(time.perf_counter() - item.arrival)
         return item
 
