@@ -1,1 +1,16 @@
-"""The inference server: Open Inference Protocol over HTTP and gRPC."""
+"""The inference server: Open Inference Protocol (KServe v2) over HTTP and gRPC.
+
+A request's way through the modules::
+
+    http_infer.py / grpc_service.py   transport: bytes -> InferRequest (protocol.py codec)
+    core.py                           routing to a served version; metadata, config, stats
+    repository.py                     which versions serve (sources.py reads the folders)
+    version.py                        cheap input checks, then the version's batcher
+    batcher.py                        bounded priority queue -> batches, split back
+    instances.py                      K sessions, one thread each
+    metrics.py                        Prometheus series and Triton's statistics JSON
+
+``server.py`` runs it all on one event loop (uvicorn for HTTP, grpc.aio for gRPC) and owns
+the lifecycle; ``app.py`` holds the control-plane HTTP routes. The repository format is
+``config.py``, shared with ``turboinfer tune``.
+"""
