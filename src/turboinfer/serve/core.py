@@ -127,8 +127,8 @@ class ServerCore:
 
     def _check_control(self, action: str) -> None:
         if self.settings.model_control is ModelControl.NONE:
-            raise UnavailableError(f"cannot {action} models: the server runs with "
-                                   "--model-control none")
+            raise ConfigError(f"cannot {action} models: the server runs with "
+                              "--model-control none")
 
 
 _TYPES = {"BYTES": "TYPE_STRING"}
