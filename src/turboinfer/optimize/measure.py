@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from turboinfer.bench.inputs import random_feeds
 from turboinfer.bench.latency import time_runs
 from turboinfer.bench.stats import LatencyStats, summarize_ns
 from turboinfer.engines import EngineSettings, ModelArtifact, Session, load_session
+from turboinfer.models.zoo import EvalSet, ZooEntry
 from turboinfer.optimize.settings import MeasureSettings
 
 
@@ -24,14 +24,18 @@ from turboinfer.optimize.settings import MeasureSettings
 class Judge:
     """What every variant is judged on, built once per model."""
 
-    entry: Any  # ZooEntry | None: evaluation set and metric, when the model has them
-    evalset: Any  # EvalSet | None
+    entry: ZooEntry | None  # evaluation set and metric, when the model has them
+    evalset: EvalSet | None
     feeds: Mapping[str, np.ndarray] | None  # batch-1 inputs; None: random from the specs
     settings: MeasureSettings
 
     @property
     def has_metric(self) -> bool:
         return self.entry is not None and self.evalset is not None
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.entry is None or self.entry.metric.higher_is_better
 
 
 def open_session(path: Path, engine: str = "onnxruntime",
@@ -40,7 +44,7 @@ def open_session(path: Path, engine: str = "onnxruntime",
 
 
 def metric_of(path: Path, judge: Judge, engine: str = "onnxruntime") -> float | None:
-    if not judge.has_metric:
+    if judge.entry is None or judge.evalset is None:
         return None
     session = open_session(path, engine)
     return float(judge.entry.metric.compute(session.run, judge.evalset))

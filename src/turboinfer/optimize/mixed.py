@@ -14,7 +14,8 @@ from typing import Any
 
 from turboinfer.optimize.report import Built, OptimizeReport, VariantResult
 from turboinfer.optimize.sensitivity import best_static
-from turboinfer.optimize.settings import AccuracyBudget, Variant
+from turboinfer.optimize.settings import Variant
+from turboinfer.optimize.variants import Context
 
 
 @dataclass(frozen=True)
@@ -81,28 +82,30 @@ def search(order: list[str], evaluate: Callable[[int], float], full: float,
     return high, steps
 
 
-def add_mixed_precision(report: OptimizeReport, ctx: Any) -> OptimizeReport:
+def add_mixed_precision(report: OptimizeReport, ctx: Context) -> OptimizeReport:
     """Search, then judge the chosen model like any other variant and add it."""
     from turboinfer.optimize.pipeline import judge
 
     best = best_static(report)
-    budget: AccuracyBudget = ctx.settings.budget
+    budget = ctx.settings.budget
     reference = report.reference
-    if best is None or best.metric is None or reference.metric is None:
+    calibration = best.calibration if best is not None else None
+    if (budget is None or best is None or calibration is None or best.metric is None
+            or reference.metric is None):
         return report.with_notes("mixed precision: no calibrated int8-static model to start from")
-    higher = ctx.judge.entry.metric.higher_is_better
+    higher = ctx.judge.higher_is_better
     target: float = reference.metric
     order = float_order(ctx.layers, [s.node for s in report.sensitivity])
 
     def evaluate(k: int) -> float:
         from turboinfer.optimize.measure import metric_of
 
-        path = ctx.static(best.calibration, ctx.work / f"mixed-{k}.onnx", tuple(order[:k]))
+        path = ctx.static(calibration, ctx.work / f"mixed-{k}.onnx", tuple(order[:k]))
         return metric_of(path, ctx.judge)  # type: ignore[return-value]
 
     k, steps = search(order, evaluate, best.metric,
                       lambda value: budget.meets(target, value, higher))
-    method = best.calibration.value
+    method = calibration.value
     if k is None:
         reason = (f"no mixed-precision model meets the budget ({budget}) with at least one "
                   "layer quantized: the FP32 model is the answer")

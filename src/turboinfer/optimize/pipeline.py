@@ -10,8 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from turboinfer.errors import ConfigError
+from turboinfer.models import ResolvedModel, resolve_model
 from turboinfer.models.onnx_file import check_onnx, input_specs
+from turboinfer.models.zoo import ZooEntry
 from turboinfer.optimize.activation import MachineFacts, decide_activation, machine_facts
 from turboinfer.optimize.calibration import load_calibration
 from turboinfer.optimize.measure import Judge, latency_of, metric_of
@@ -29,6 +33,8 @@ from turboinfer.optimize.variants import BUILDERS, NOTHING_TO_QUANTIZE, Context
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+# What the API accepts as a model: a reference to resolve, or a resolved model.
+ModelRef = str | Path | ResolvedModel
 
 
 def ensure_writable(path: Path) -> Path:
@@ -44,16 +50,14 @@ def ensure_writable(path: Path) -> Path:
     return path
 
 
-def resolve(model: Any) -> Any:
+def resolve(model: ModelRef) -> ResolvedModel:
     """A ``ResolvedModel`` from ``builtin:NAME``, an ONNX path, or one already resolved."""
-    if hasattr(model, "artifact"):
-        return model
-    from turboinfer.models import resolve_model
-
-    return resolve_model(str(model))
+    if isinstance(model, str | Path):
+        return resolve_model(str(model))
+    return model
 
 
-def run_optimize(model: Any, output_dir: Path, settings: OptimizeSettings,
+def run_optimize(model: ModelRef, output_dir: Path, settings: OptimizeSettings,
                  progress: Progress | None = None) -> OptimizeReport:
     say = progress or (lambda message: log.info("%s", message))
     resolved = resolve(model)
@@ -79,14 +83,12 @@ def run_optimize(model: Any, output_dir: Path, settings: OptimizeSettings,
     return report
 
 
-def _context(resolved: Any, out: Path, work: Path, settings: OptimizeSettings,
+def _context(resolved: ResolvedModel, out: Path, work: Path, settings: OptimizeSettings,
              facts: MachineFacts, say: Progress) -> Context:
     source = Path(resolved.artifact.onnx_path)
     specs = input_specs(check_onnx(source))
     say("preparing the float model")
     base = prepare(source, work / "base.onnx")
-    import onnx
-
     layers = tuple(weighted_nodes(onnx.load(str(base), load_external_data=False)))
     entry = resolved.entry
     judge = Judge(entry, entry.evaluation() if entry is not None else None,
@@ -119,8 +121,8 @@ def judge(built: Built, ctx: Context, reference: VariantResult) -> VariantResult
     if metric is not None and reference.metric is not None:
         delta = metric - reference.metric
         if ctx.settings.budget is not None:
-            info = ctx.judge.entry.metric
-            within = ctx.settings.budget.meets(reference.metric, metric, info.higher_is_better)
+            within = ctx.settings.budget.meets(reference.metric, metric,
+                                               ctx.judge.higher_is_better)
     return VariantResult(built.name, built.variant, built.path, _size(built.path), metric,
                          delta, within, latency_of(built.path, ctx.judge),
                          calibration=built.calibration, details=built.details)
@@ -147,8 +149,8 @@ def _size(path: Path) -> int:
     return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)
 
 
-def _metric_info(entry: Any, judge: Judge) -> MetricInfo | None:
-    if not judge.has_metric:
+def _metric_info(entry: ZooEntry | None, judge: Judge) -> MetricInfo | None:
+    if entry is None or not judge.has_metric:
         return None
     metric = entry.metric
     return MetricInfo(metric.name, metric.unit, metric.higher_is_better)
@@ -162,13 +164,13 @@ def _calibration_info(ctx: Context) -> dict[str, Any]:
             "notes": list(ctx.calib.notes)}
 
 
-def _notes(ctx: Context, entry: Any) -> tuple[str, ...]:
+def _notes(ctx: Context, entry: ZooEntry | None) -> tuple[str, ...]:
     notes: list[str] = []
     if not ctx.layers:
         notes.append(f"{NOTHING_TO_QUANTIZE}; the FP32 model is the answer")
     if entry is None:
         notes.append("no evaluation set for this model: accuracy is not measured")
-    elif getattr(entry, "random_weights", False):
+    elif entry.random_weights:
         notes.append("the model has random weights: metrics compare variants to FP32 only")
     if ctx.calib is not None:
         notes.extend(ctx.calib.notes)

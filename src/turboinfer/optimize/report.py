@@ -9,13 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from turboinfer.bench.stats import LatencyStats
 from turboinfer.errors import ConfigError
 from turboinfer.optimize.settings import ActivationType, CalibrationMethod, Variant
+
+if TYPE_CHECKING:
+    from turboinfer.optimize.mixed import MixedResult
+    from turboinfer.optimize.sensitivity import LayerSensitivity
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,8 @@ class OptimizeReport:
     budget: str | None = None
     activation: ActivationDecision | None = None
     calibration: Mapping[str, Any] = field(default_factory=dict)
-    sensitivity: tuple[Any, ...] = ()  # LayerSensitivity records
-    mixed: Any = None  # MixedResult
+    sensitivity: tuple[LayerSensitivity, ...] = ()
+    mixed: MixedResult | None = None
     notes: tuple[str, ...] = ()
     machine: Mapping[str, Any] = field(default_factory=dict)
 

@@ -24,7 +24,8 @@ from onnxruntime.quantization.qdq_loss_debug import (
 
 from turboinfer.optimize.calibration import FeedReader, run_batch
 from turboinfer.optimize.quantize import WEIGHTED_OPS
-from turboinfer.optimize.report import OptimizeReport
+from turboinfer.optimize.report import OptimizeReport, VariantResult
+from turboinfer.optimize.variants import Context
 
 # Samples to compare on: SQNR settles within a few batches, and every activation of both
 # models is held in memory for all of them.
@@ -92,17 +93,19 @@ def _layer(node: onnx.NodeProto, sqnr: dict[str, float],
     return LayerSensitivity(node.name, node.op_type, tensor, out, max(0.0, before - out))
 
 
-def add_sensitivity(report: OptimizeReport, ctx: Any) -> OptimizeReport:
+def add_sensitivity(report: OptimizeReport, ctx: Context) -> OptimizeReport:
     """Rank the layers of the best-calibrated static model against the float model."""
     best = best_static(report)
     if best is None or best.path is None:
         return report.with_notes("sensitivity: no int8-static model to compare")
+    if ctx.calib is None:
+        return report.with_notes("sensitivity: no calibration data to compare on")
     feeds = ctx.calib.slice(0, SAMPLES)
     ranking = layer_sensitivity(ctx.base, best.path, feeds, run_batch(ctx.specs), ctx.work)
     return replace(report, sensitivity=tuple(ranking))
 
 
-def best_static(report: OptimizeReport) -> Any:
+def best_static(report: OptimizeReport) -> VariantResult | None:
     """The int8-static variant closest to FP32 on the metric (the first one without one)."""
     from turboinfer.optimize.settings import Variant
 
