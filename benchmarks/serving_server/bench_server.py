@@ -228,11 +228,16 @@ def serve_and_load(onnx: Path, config: ModelConfig, runs: list[tuple[int, float]
         write_entry(Path(tmp), "resnet18", onnx, config)
         process, http_port, _ = start_server(Path(tmp))
         try:
-            results = [asyncio.run(_load(http_port, request, clients, seconds))
-                       for clients, seconds in runs]
-            stats = _stats(http_port)
-            results[-1]["average_batch_size"] = (stats["inference_count"]
-                                                 / max(1, stats["execution_count"]))
+            results = []
+            for clients, seconds in runs:
+                before = _stats(http_port)
+                result = asyncio.run(_load(http_port, request, clients, seconds))
+                after = _stats(http_port)
+                # Includes the run's warm-up seconds: same clients, same batching.
+                result["average_batch_size"] = (
+                    (after["inference_count"] - before["inference_count"])
+                    / max(1, after["execution_count"] - before["execution_count"]))
+                results.append(result)
             return results
         finally:
             process.terminate()
@@ -253,11 +258,12 @@ def batching(args: argparse.Namespace) -> dict[str, object]:
     model = resolve_model("builtin:resnet18")
     x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
     request = binary_request("resnet18", x)
-    on = serve_and_load(model.artifact.onnx_path, BATCHING_ON,
-                        [(args.clients, args.seconds)], request)[0]
+    on_1, on = serve_and_load(model.artifact.onnx_path, BATCHING_ON,
+                              [(1, args.seconds), (args.clients, args.seconds)], request)
     off_1, off_n = serve_and_load(model.artifact.onnx_path, BATCHING_OFF,
                                   [(1, args.seconds), (args.clients, args.seconds)], request)
     return {"batching_on": on, "batching_off": off_n, "batching_off_1_client": off_1,
+            "batching_on_1_client": on_1,
             "throughput_ratio": on["throughput_rps"] / off_n["throughput_rps"],
             "p99_ratio_vs_unbatched_1_client": on["p99_ms"] / off_1["p99_ms"]}
 
