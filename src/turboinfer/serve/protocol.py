@@ -183,6 +183,9 @@ def _decode_outputs(items: Any, default_binary: bool) -> list[RequestedOutput] |
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInputError("every requested output needs a 'name'")
         params = item.get("parameters") or {}
+        if isinstance(params, dict) and "classification" in params:
+            raise InvalidInputError(f"output {item['name']!r}: the classification extension "
+                                    "is not supported; request the raw tensor")
         binary = params.get("binary_data", default_binary) if isinstance(params, dict) else False
         outputs.append(RequestedOutput(item["name"], bool(binary)))
     return outputs
