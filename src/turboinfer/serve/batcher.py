@@ -99,6 +99,7 @@ class Batcher:
 
     def start(self) -> None:
         self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
+        self._dispatcher.add_done_callback(_report_crash)
 
     async def submit(self, inputs: dict[str, np.ndarray], rows: int, priority: int = 0,
                      timeout_s: float | None = None) -> Outputs:
@@ -248,6 +249,12 @@ class Batcher:
                     item.future.set_exception(UnavailableError("model version unloaded"))
         self._levels.clear()
         self._count = self._rows = 0
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    # A dead dispatcher would leave the model accepting requests that never run.
+    if not task.cancelled() and task.exception() is not None:
+        log.error("batch dispatcher stopped", exc_info=task.exception())
 
 
 def _merge(batch: list[_Pending]) -> dict[str, np.ndarray]:
