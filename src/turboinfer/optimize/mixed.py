@@ -10,11 +10,13 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from turboinfer.optimize.report import Built, OptimizeReport, VariantResult
+from turboinfer.optimize.measure import metric_of
+from turboinfer.optimize.report import Built, OptimizeReport
 from turboinfer.optimize.sensitivity import best_static
-from turboinfer.optimize.settings import Variant
+from turboinfer.optimize.settings import CalibrationMethod, Variant
 from turboinfer.optimize.variants import Context
 
 
@@ -83,43 +85,46 @@ def search(order: list[str], evaluate: Callable[[int], float], full: float,
 
 
 def add_mixed_precision(report: OptimizeReport, ctx: Context) -> OptimizeReport:
-    """Search, then judge the chosen model like any other variant and add it."""
-    from turboinfer.optimize.pipeline import judge
-
+    """Search from the best-calibrated static model; record the outcome in the report."""
     best = best_static(report)
     budget = ctx.settings.budget
-    reference = report.reference
-    calibration = best.calibration if best is not None else None
-    if (budget is None or best is None or calibration is None or best.metric is None
-            or reference.metric is None):
+    target = report.reference.metric
+    method = best.calibration if best is not None else None
+    if budget is None or best is None or method is None or best.metric is None or target is None:
         return report.with_notes("mixed precision: no calibrated int8-static model to start from")
-    higher = ctx.judge.higher_is_better
-    target: float = reference.metric
     order = float_order(ctx.layers, [s.node for s in report.sensitivity])
 
     def evaluate(k: int) -> float:
-        from turboinfer.optimize.measure import metric_of
+        path = ctx.static(method, ctx.work / f"mixed-{k}.onnx", tuple(order[:k]))
+        value = metric_of(path, ctx.judge)
+        assert value is not None  # the judge has a metric, checked by the caller
+        return value
 
-        path = ctx.static(calibration, ctx.work / f"mixed-{k}.onnx", tuple(order[:k]))
-        return metric_of(path, ctx.judge)  # type: ignore[return-value]
-
+    higher = ctx.judge.higher_is_better
     k, steps = search(order, evaluate, best.metric,
                       lambda value: budget.meets(target, value, higher))
-    method = calibration.value
     if k is None:
         reason = (f"no mixed-precision model meets the budget ({budget}) with at least one "
                   "layer quantized: the FP32 model is the answer")
-        result = MixedResult(False, method, (), tuple(steps), len(order), reason)
+        result = MixedResult(False, method.value, (), tuple(steps), len(order), reason)
         return replace(report, mixed=result).with_notes(reason)
     if k == 0:
-        reason = f"full int8 quantization ({method}) already meets the budget ({budget})"
-        result = MixedResult(True, method, (), tuple(steps), len(order), reason)
+        reason = f"full int8 quantization ({method.value}) already meets the budget ({budget})"
+        result = MixedResult(True, method.value, (), tuple(steps), len(order), reason)
         return replace(report, mixed=result)
-    path = ctx.out / "mixed.onnx"
-    shutil.copyfile(ctx.work / f"mixed-{k}.onnx", path)
     reason = f"{k} of {len(order)} layers kept in float to meet the budget ({budget})"
-    result = MixedResult(True, method, tuple(order[:k]), tuple(steps), len(order), reason)
-    built = Built("mixed", Variant.MIXED, path, calibration=best.calibration,
-                  details={"float_layers": list(order[:k])})
-    mixed: VariantResult = judge(built, ctx, reference)
-    return replace(report, mixed=result, variants=(*report.variants, mixed))
+    result = MixedResult(True, method.value, tuple(order[:k]), tuple(steps), len(order), reason)
+    return _add_variant(replace(report, mixed=result), ctx, ctx.work / f"mixed-{k}.onnx", method)
+
+
+def _add_variant(report: OptimizeReport, ctx: Context, source: Path,
+                 method: CalibrationMethod) -> OptimizeReport:
+    """Keep the chosen file as ``mixed.onnx`` and judge it like any other variant."""
+    from turboinfer.optimize.pipeline import judge
+
+    assert report.mixed is not None
+    path = ctx.out / "mixed.onnx"
+    shutil.copyfile(source, path)
+    built = Built("mixed", Variant.MIXED, path, calibration=method,
+                  details={"float_layers": list(report.mixed.float_layers)})
+    return replace(report, variants=(*report.variants, judge(built, ctx, report.reference)))
