@@ -197,3 +197,20 @@ def test_split_threads() -> None:
     assert split_threads(1, 8) == 8
     assert split_threads(3, 8) == 2
     assert split_threads(4, 2) == 1
+
+
+def test_a_dead_dispatcher_fails_requests_instead_of_hanging(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: Batcher) -> list[object]:
+        raise RuntimeError("bug")
+
+    async def scenario() -> None:
+        batcher, _ = make(BatchingSettings(max_batch_size=4))
+        monkeypatch.setattr(Batcher, "_take", broken)
+        with pytest.raises(InferenceError, match="dispatcher stopped"):
+            await asyncio.wait_for(batcher.submit(rows(1), 1), 5)
+        with pytest.raises(UnavailableError):
+            await batcher.submit(rows(1), 1)
+        await batcher.close()
+
+    run(scenario())

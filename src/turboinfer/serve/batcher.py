@@ -99,7 +99,7 @@ class Batcher:
 
     def start(self) -> None:
         self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
-        self._dispatcher.add_done_callback(_report_crash)
+        self._dispatcher.add_done_callback(self._dispatcher_done)
 
     async def submit(self, inputs: dict[str, np.ndarray], rows: int, priority: int = 0,
                      timeout_s: float | None = None) -> Outputs:
@@ -125,6 +125,22 @@ class Batcher:
         self.observer.queued(self._count)
         self._wakeup.set()
         return await future
+
+    def _dispatcher_done(self, task: asyncio.Task[None]) -> None:
+        # A dead dispatcher would leave requests queued forever: refuse and fail them.
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("batch dispatcher stopped", exc_info=task.exception())
+        self._closed = True
+        self._fail_queued(InferenceError(f"batch dispatcher stopped: {task.exception()!r}"))
+
+    def _fail_queued(self, error: Exception) -> None:
+        for level in self._levels.values():
+            for item in level:
+                if not item.future.done():
+                    item.future.set_exception(error)
+        self._levels.clear()
+        self._count = self._rows = 0
 
     async def _dispatch(self) -> None:
         while True:
@@ -243,18 +259,7 @@ class Batcher:
         if self._dispatcher is not None:
             self._dispatcher.cancel()
             await asyncio.gather(self._dispatcher, return_exceptions=True)
-        for level in self._levels.values():
-            for item in level:
-                if not item.future.done():
-                    item.future.set_exception(UnavailableError("model version unloaded"))
-        self._levels.clear()
-        self._count = self._rows = 0
-
-
-def _report_crash(task: asyncio.Task[None]) -> None:
-    # A dead dispatcher would leave the model accepting requests that never run.
-    if not task.cancelled() and task.exception() is not None:
-        log.error("batch dispatcher stopped", exc_info=task.exception())
+        self._fail_queued(UnavailableError("model version unloaded"))
 
 
 def _merge(batch: list[_Pending]) -> dict[str, np.ndarray]:
