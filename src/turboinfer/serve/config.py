@@ -26,7 +26,9 @@ version folders, each holding the model file::
       memory_arena: true
     version_policy: {latest: 1}  # or {all: true} or {specific: [1, 3]}
     model_file: model.onnx
-    canary: null                 # or {version: 3, percent: 10}
+    canary: null                 # or {version: 3, percent: 10}: that share of requests
+                                 # naming no version goes to version 3, the rest to the
+                                 # newest other served version (the policy must serve both)
 
 Validation happens once, here, at the edge; the rest of the code takes the frozen result.
 """
