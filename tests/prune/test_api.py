@@ -112,3 +112,15 @@ def test_labels_beyond_the_model_outputs_are_named(
 def test_arrays_of_different_lengths_are_refused(tiny_inputs: np.ndarray) -> None:
     with pytest.raises(InvalidInputError, match="differ in sample count"):
         TrainData({"x": tiny_inputs}, np.zeros(3, np.int64))
+
+
+def test_semi_structured_pattern_survives_distillation(
+    tiny_net: Any, tiny_data: TrainData, example: tuple[torch.Tensor, ...],
+) -> None:
+    settings = PruneSettings(target_sparsity=0.5, semi_structured=True, taylor_batches=2)
+    result = prune(tiny_net, example, tiny_data, lambda m: 1.0, settings)
+    assert result.zero_fraction == 0.5 and result.metrics.semi_structured == 1.0
+    conv = result.model.conv.weight.detach()  # not protected: masked, then trained 10 epochs
+    assert ((conv.reshape(conv.shape[0], -1, 4) != 0).sum(dim=-1) == 2).all()
+    assert result.dense_model is not None
+    assert (result.dense_model.conv.weight != 0).float().mean() > 0.9

@@ -90,7 +90,8 @@ def prune(
         masks = sparsity24.apply_2to4(module, skip=spec.ignored)
     masked = _score(eval_fn, module) if masks is not None else None
     after_update = (lambda: sparsity24.reapply(masks)) if masks is not None else None
-    losses = distill(module, teacher, data, settings.distill, after_update=after_update)
+    losses = distill(module, teacher, data, settings.distill, after_update=after_update,
+                     taps=transformer.hidden_taps(module))
     return PruneResult(
         model=module.eval(),
         teacher=teacher,

@@ -8,7 +8,8 @@ Embeddings: the student matches the teacher's vector in direction (cosine) and p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch.nn import functional as F
@@ -66,6 +67,38 @@ def taylor_loss(objective: Objective) -> LossFn:
     return embedding_loss if objective is Objective.EMBEDDING else ranking_loss
 
 
+@contextlib.contextmanager
+def tapped(model: torch.nn.Module, names: Sequence[str]) -> Iterator[list[torch.Tensor]]:
+    """Collect the outputs of ``model``'s submodules ``names`` during each forward.
+
+    The list is cleared by the caller between forwards; a tuple output contributes its
+    first element (the hidden states of a transformer layer).
+    """
+    outputs: list[torch.Tensor] = []
+    modules = dict(model.named_modules())
+
+    def keep(_: torch.nn.Module, __: object, output: object) -> None:
+        outputs.append(output[0] if isinstance(output, tuple) else output)  # type: ignore[arg-type]
+
+    handles = [modules[name].register_forward_hook(keep) for name in names]
+    try:
+        yield outputs
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def feature_loss(student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Mean squared error between matching intermediate outputs, averaged over the taps.
+
+    Many values per sample (every token's hidden state, not one pooled vector) constrain
+    the student far more than the output alone, which matters when the training set is a
+    few hundred sentences.
+    """
+    losses = [F.mse_loss(s, t) for s, t in zip(student, teacher, strict=True)]
+    return torch.stack(losses).mean()
+
+
 def distill(
     student: torch.nn.Module,
     teacher: torch.nn.Module,
@@ -73,10 +106,14 @@ def distill(
     settings: DistillSettings,
     *,
     after_update: Callable[[], None] | None = None,
+    taps: Sequence[str] = (),
 ) -> list[float]:
     """Train ``student`` toward ``teacher`` for ``settings.epochs``; mean loss per epoch.
 
     ``after_update`` runs after every optimizer step (2:4 masks are re-applied there).
+    ``taps`` name submodules whose outputs keep their shape under pruning (transformer
+    layers writing the hidden stream); their outputs are matched too, weighted by
+    ``settings.feature_weight``.
     """
     if settings.epochs == 0:
         return []
@@ -87,20 +124,25 @@ def distill(
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=settings.epochs)
     teacher.eval()
     history = []
-    for _ in range(settings.epochs):
-        student.train()
-        total, count = 0.0, 0
-        for inputs, labels in data:
-            with torch.no_grad():
-                target = teacher(*inputs)
-            loss = loss_fn(student(*inputs), target, labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if after_update is not None:
-                after_update()
-            total, count = total + loss.item(), count + 1
-        schedule.step()
-        history.append(total / max(count, 1))
+    with tapped(student, taps) as s_feats, tapped(teacher, taps) as t_feats:
+        for _ in range(settings.epochs):
+            student.train()
+            total, count = 0.0, 0
+            for inputs, labels in data:
+                s_feats.clear()
+                t_feats.clear()
+                with torch.no_grad():
+                    target = teacher(*inputs)
+                loss = loss_fn(student(*inputs), target, labels)
+                if taps:
+                    loss = loss + settings.feature_weight * feature_loss(s_feats, t_feats)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                if after_update is not None:
+                    after_update()
+                total, count = total + loss.item(), count + 1
+            schedule.step()
+            history.append(total / max(count, 1))
     student.eval()
     return history

@@ -63,6 +63,8 @@ class DistillSettings:
     alpha: float = 0.7
     lr: float = 3e-4
     weight_decay: float = 1e-4
+    # Weight of matching intermediate outputs whose width pruning keeps (BERT layers).
+    feature_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.epochs < 0:

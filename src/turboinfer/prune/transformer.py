@@ -27,6 +27,7 @@ def _bert_classes() -> dict[str, type[nn.Module]] | None:
         return None
     return {
         "attention": bert.BertSelfAttention,
+        "layer": bert.BertLayer,
         "attention_out": bert.BertSelfOutput,
         "ffn_out": bert.BertOutput,
         "embeddings": bert.BertEmbeddings,
@@ -81,3 +82,11 @@ def sync_heads(pruner: tp.pruner.MetaPruner) -> None:
 def head_counts(model: nn.Module) -> list[int]:
     """Attention heads per layer, in layer order."""
     return [int(a.query.out_features // a.attention_head_size) for a in attentions(model)]
+
+
+def hidden_taps(model: nn.Module) -> list[str]:
+    """Names of the encoder layers: their outputs are the hidden stream pruning keeps."""
+    classes = _bert_classes()
+    if classes is None:
+        return []
+    return [name for name, m in model.named_modules() if isinstance(m, classes["layer"])]
