@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from load_helpers import OipServer
 
-from conftest import OipServer
 from turboinfer.cli import main
 
 QUICK = ["--duration", "0.3", "--window", "0.15", "--warmup", "0", "--timeout", "5",

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from load_helpers import OipServer
 
-from conftest import OipServer
 from turboinfer.cli import main
 from turboinfer.errors import MissingDependencyError
 from turboinfer.load.loadgen import LoadgenSettings, run_loadgen

@@ -10,8 +10,8 @@ say so, with the corrected p99.
 from __future__ import annotations
 
 import pytest
+from load_helpers import OipServer
 
-from conftest import OipServer
 from turboinfer.load.scenarios import Scenario, ScenarioSettings
 from turboinfer.load.session import LoadSettings, run_load
 

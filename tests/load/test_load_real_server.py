@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from load_helpers import MAX_BATCH, RealServer
 
-from conftest import MAX_BATCH, RealServer
 from turboinfer.load.scenarios import Scenario, ScenarioSettings
 from turboinfer.load.session import LoadSettings, run_load
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from load_helpers import MAX_BATCH, OipServer
 
-from conftest import MAX_BATCH, OipServer
 from turboinfer.load.scenarios import Scenario, ScenarioSettings
 from turboinfer.load.session import LoadSettings, run_load
 
