@@ -1,0 +1,237 @@
+"""LLM engine benchmarks: throughput vs transformers and CTranslate2, speculative
+decoding with the demo draft, weight-only quantization speed and perplexity.
+
+    python benchmarks/llm/run.py [--sections throughput,speculative,quant] [--gen-len 64]
+
+Writes ``benchmarks/llm/results.json`` and prints the tables README.md quotes.
+CTranslate2 goes into its own venv (``/tmp/ct2-venv``, system site packages visible so
+its converter can read the weights with the installed transformers/torch; only the
+``ctranslate2`` wheel itself is installed there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import torch
+
+from turboinfer.llm import LLM, EngineConfig, SamplingParams, demo_model_dir
+from turboinfer.llm.bench import BenchSettings, run_bench
+from turboinfer.llm.config import QuantMode
+from turboinfer.llm.loader import load_model
+from turboinfer.llm.perplexity import perplexity
+from turboinfer.llm.quant import quantize_model
+from turboinfer.llm.tokenizer import Tokenizer
+
+HERE = Path(__file__).resolve().parent
+WORK = Path("/tmp/turboinfer-llm-bench")
+CT2_VENV = Path("/tmp/ct2-venv")
+SHAPE_110M = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048,
+                  num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
+                  max_position_embeddings=1024, tie_word_embeddings=True)
+
+
+def build_110m(folder: Path) -> Path:
+    """A random Llama-shaped ~110M model in HF format, with a word tokenizer for CT2."""
+    import transformers
+    from tokenizers import Tokenizer as HFTok
+    from tokenizers import models, pre_tokenizers
+
+    if (folder / "model.safetensors").is_file():
+        return folder
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**SHAPE_110M, bos_token_id=1, eos_token_id=2)
+    model = transformers.LlamaForCausalLM(config)
+    model.save_pretrained(folder, safe_serialization=True)
+    vocab = {f"t{i}": i for i in range(SHAPE_110M["vocab_size"])}
+    tok = HFTok(models.WordLevel(vocab, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1",
+                                         eos_token="t2").save_pretrained(folder)
+    return folder
+
+
+def prompts(n: int, length: int, vocab: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(n)
+    return torch.randint(3, vocab, (n, length), generator=g).tolist()
+
+
+def hf_generate_tps(folder: Path, prompt_len: int, gen_len: int) -> tuple[float, float]:
+    """(output tokens per wall second, per CPU second) of ``generate()`` at batch 1."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = torch.tensor(prompts(1, prompt_len, SHAPE_110M["vocab_size"]))
+    kwargs = dict(max_new_tokens=gen_len, min_new_tokens=gen_len, do_sample=False,
+                  pad_token_id=0)
+    with torch.inference_mode():
+        model.generate(ids, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
+        start, cpu = time.perf_counter(), time.process_time()
+        out = model.generate(ids, **kwargs)
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    n = out.shape[1] - prompt_len
+    return n / seconds, n / cpu
+
+
+def ct2_tps(folder: Path, batch: int, prompt_len: int, gen_len: int,
+            threads: int) -> tuple[float, float]:
+    python = CT2_VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(CT2_VENV)],
+                       check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
+                        "ctranslate2==4.8.5"], check=True)
+    converted = WORK / "ct2-110m"
+    if not converted.exists():
+        subprocess.run([str(CT2_VENV / "bin" / "ct2-transformers-converter"), "--model",
+                        str(folder), "--output_dir", str(converted)], check=True)
+    code = textwrap.dedent(f"""
+        import json, sys, time, ctranslate2
+        gen = ctranslate2.Generator({str(converted)!r}, device="cpu", intra_threads={threads})
+        prompts = json.loads(sys.stdin.read())
+        toks = [["t%d" % t for t in p] for p in prompts]
+        kw = dict(max_length={gen_len}, min_length={gen_len}, sampling_topk=1,
+                  include_prompt_in_result=False)
+        gen.generate_batch(toks[:1], **{{**kw, "max_length": 4, "min_length": 4}})
+        start, cpu = time.perf_counter(), time.process_time()
+        res = gen.generate_batch(toks, **kw)
+        sec, cpu = time.perf_counter() - start, time.process_time() - cpu
+        n = sum(len(r.sequences_ids[0]) for r in res)
+        print(json.dumps([n / sec, n / cpu]))
+    """)
+    data = json.dumps(prompts(batch, prompt_len, SHAPE_110M["vocab_size"]))
+    out = subprocess.run([str(python), "-c", code], input=data, capture_output=True,
+                         text=True, check=True)
+    wall, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(wall), float(cpu)
+
+
+def throughput(args: argparse.Namespace) -> dict[str, object]:
+    folder = build_110m(WORK / "llama-110m")
+    p, g = args.prompt_len, args.gen_len
+    hf_wall, hf_cpu = hf_generate_tps(folder, p, g)
+    res: dict[str, object] = {"hf_generate_batch1_tps": hf_wall,
+                              "hf_generate_batch1_tps_cpu": hf_cpu}
+    llm = LLM(folder, config=EngineConfig(kv_cache_tokens=16 * (8 * p + 2 * g) + 256))
+    rows = run_bench(llm.engine, BenchSettings(concurrency=(1, 4, 16), prompt_len=p,
+                                               gen_len=g))
+    res["turboinfer"] = [r.to_dict() for r in rows]
+    mixed = run_bench(llm.engine, BenchSettings(concurrency=(16,), prompt_len=8 * p,
+                                                gen_len=2 * g, mixed=True))
+    res["turboinfer_mixed_lengths"] = [r.to_dict() for r in mixed]
+    del llm
+    try:
+        for batch in (16, 1):
+            wall, cpu = ct2_tps(folder, batch, p, g, args.threads)
+            res[f"ct2_batch{batch}_tps"], res[f"ct2_batch{batch}_tps_cpu"] = wall, cpu
+    except (subprocess.CalledProcessError, OSError) as exc:
+        res["ct2_error"] = str(exc)
+    return res
+
+
+def single_stream(llm: LLM, prompt: str | list[int],
+                  gen_len: int) -> tuple[float, list[int]]:
+    """(output tokens per CPU second, the tokens) for one greedy request."""
+    params = SamplingParams(max_tokens=gen_len, temperature=0, ignore_eos=True)
+    llm.generate(prompt, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+    start = time.process_time()
+    out = llm.generate(prompt, params)[0]
+    return len(out.token_ids) / (time.process_time() - start), list(out.token_ids)
+
+
+DEMO_PROMPTS = ["Return a new list containing", "The default value of the timeout",
+                "If the file does not exist,"]
+
+
+def speculative(args: argparse.Namespace) -> dict[str, object]:
+    res: dict[str, object] = {}
+    plain = LLM()
+    variants = {"draft": LLM(draft=demo_model_dir("draft"),
+                             config=EngineConfig(num_speculative_tokens=args.k)),
+                "ngram": LLM(ngram=3, config=EngineConfig(num_speculative_tokens=args.k))}
+    for name, llm in variants.items():
+        speeds, identical = [], True
+        for prompt in DEMO_PROMPTS:
+            base_tps, base = single_stream(plain, prompt, args.gen_len)
+            tps, toks = single_stream(llm, prompt, args.gen_len)
+            identical &= toks == base
+            speeds.append((base_tps, tps))
+        s = llm.engine.spec_stats
+        res[name] = {"plain_tps": sum(b for b, _ in speeds) / len(speeds),
+                     "spec_tps": sum(t for _, t in speeds) / len(speeds),
+                     "speedup": sum(t for _, t in speeds) / sum(b for b, _ in speeds),
+                     "identical_greedy_output": identical,
+                     "acceptance_rate": s.acceptance_rate,
+                     "tokens_per_target_forward": s.tokens_per_forward,
+                     "k": args.k}
+    return res
+
+
+def quant(args: argparse.Namespace) -> dict[str, object]:
+    res: dict[str, object] = {}
+    folder = demo_model_dir()
+    tok = Tokenizer.from_folder(folder)
+    heldout = tok.encode((folder.parent / "heldout.txt").read_text())[:args.ppl_tokens]
+    base_model = load_model(folder)
+    base_ppl = perplexity(base_model, heldout)
+    for mode in ("none", "int8", "int4"):
+        entry: dict[str, object] = {}
+        model = load_model(folder)
+        quantize_model(model, QuantMode(mode), group_size=32)
+        ppl = perplexity(model, heldout)
+        entry["perplexity"] = ppl
+        entry["perplexity_increase_pct"] = 100 * (ppl / base_ppl - 1)
+        entry["demo_tps"] = single_stream(LLM(quant=mode), DEMO_PROMPTS[0], args.gen_len)[0]
+        res[mode] = entry
+    if "throughput" in args.sections or (WORK / "llama-110m").exists():
+        folder110 = build_110m(WORK / "llama-110m")
+        for mode in ("none", "int8", "int4"):
+            llm = LLM(folder110, quant=mode, config=EngineConfig(kv_cache_tokens=1024))
+            res[mode]["110m_tps"] = single_stream(  # type: ignore[index]
+                llm, list(range(3, 35)), args.gen_len // 2)[0]
+            del llm
+    return res
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sections", default="throughput,speculative,quant")
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--gen-len", type=int, default=64)
+    # One thread: on the shared recording machine two OpenMP threads made every op wait
+    # for a descheduled worker (6x slower per decode step than one thread).
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--k", type=int, default=4, help="speculative tokens per step")
+    parser.add_argument("--ppl-tokens", type=int, default=8192)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    WORK.mkdir(parents=True, exist_ok=True)
+    results: dict[str, object] = {
+        "machine": {"cpu": platform.processor() or platform.machine(),
+                    "logical_cores": os.cpu_count(), "torch": torch.__version__,
+                    "threads": args.threads,
+                    "load_average_at_start": os.getloadavg()},
+        "command": " ".join(sys.argv),
+    }
+    for section in args.sections.split(","):
+        start = time.perf_counter()
+        results[section] = {"throughput": throughput, "speculative": speculative,
+                            "quant": quant}[section](args)
+        print(f"{section}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        print(json.dumps(results[section], indent=1), flush=True)
+    results["load_average_at_end"] = os.getloadavg()
+    out = HERE / "results.json"
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    out.write_text(json.dumps({**previous, **results}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
