@@ -32,7 +32,7 @@ def progress(items: Iterable[T], *, total: int | None = None, desc: str = "",
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain aligned text table; floats get 2 decimals."""
+    """A plain aligned text table; floats get 2 decimals, numbers align right, text left."""
 
     def cell(value: Any) -> str:
         if isinstance(value, float):
@@ -43,8 +43,12 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     widths = [len(h) for h in headers]
     for row in text_rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    for row in text_rows:
-        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    for row, raw in zip(text_rows, rows, strict=True):
+        cells = [
+            c.rjust(w) if isinstance(v, int | float) else c.ljust(w)
+            for c, w, v in zip(row, widths, raw, strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
