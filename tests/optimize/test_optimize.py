@@ -125,3 +125,22 @@ def test_unwritable_output_dir_is_a_clear_error(digits_model: Any, tmp_path: Pat
     blocker.write_text("")
     with pytest.raises(ConfigError, match="cannot write to output directory"):
         optimize(digits_model, blocker / "out", settings=quick(["graph"]))
+
+
+def test_fewer_calibration_samples_than_asked_is_said(mlp_model: Any, tmp_path: Path) -> None:
+    report = optimize(mlp_model, tmp_path, settings=quick(
+        ["int8-static"], calibrations=["minmax"], calib_count=1000))
+    assert report.calibration["count"] == 256
+    assert any("fewer than the 1000" in note for note in report.notes)
+
+
+def test_random_calibration_only_when_asked(mlp_model: Any, tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    path = str(mlp_model.artifact.onnx_path)  # a plain ONNX file: no zoo data, no metric
+    with pytest.raises(ConfigError, match="--calib-data"):
+        optimize(path, tmp_path / "a", settings=quick(["int8-static"]))
+    report = optimize(path, tmp_path / "b", settings=quick(
+        ["int8-static"], calibrations=["minmax"], random_calibration=True, calib_count=32))
+    assert "RANDOM DATA" in caplog.text
+    assert any("random" in note for note in report.notes)
+    assert report.metric is None and report.get("int8-static-minmax").usable
