@@ -76,7 +76,7 @@ def run_optimize(model: ModelRef, output_dir: Path, settings: OptimizeSettings,
             variants=tuple(results), output_dir=out,
             budget=str(settings.budget) if settings.budget else None,
             activation=ctx.activation if settings.needs_calibration and ctx.layers else None,
-            calibration=_calibration_info(ctx), notes=_notes(ctx, resolved.entry),
+            calibration=_calibration_info(ctx), notes=_notes(ctx, resolved.entry, results),
             machine=facts.summary)
         report = _precision_steps(report, ctx, say)
     report.write()
@@ -164,7 +164,8 @@ def _calibration_info(ctx: Context) -> dict[str, Any]:
             "notes": list(ctx.calib.notes)}
 
 
-def _notes(ctx: Context, entry: ZooEntry | None) -> tuple[str, ...]:
+def _notes(ctx: Context, entry: ZooEntry | None,
+           results: list[VariantResult]) -> tuple[str, ...]:
     notes: list[str] = []
     if not ctx.layers:
         notes.append(f"{NOTHING_TO_QUANTIZE}; the FP32 model is the answer")
@@ -174,6 +175,10 @@ def _notes(ctx: Context, entry: ZooEntry | None) -> tuple[str, ...]:
         notes.append("the model has random weights: metrics compare variants to FP32 only")
     if ctx.calib is not None:
         notes.extend(ctx.calib.notes)
+    fp16 = next((r for r in results if r.variant is Variant.FP16 and r.latency), None)
+    if fp16 is not None and fp16.latency and results[0].latency and not ctx.fast_fp16:
+        notes.append(f"no fast FP16 on this machine: fp16 p50 {fp16.latency.p50_ms:.3g} ms "
+                     f"vs FP32 {results[0].latency.p50_ms:.3g} ms (it halves the file only)")
     return tuple(notes)
 
 
