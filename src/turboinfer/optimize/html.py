@@ -7,6 +7,7 @@ batch-1 latency, one point per candidate. The chosen candidate is drawn in red.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -30,16 +31,28 @@ def _scale(values: Sequence[float]) -> tuple[float, float]:
     return low, high
 
 
+def _log(value: float) -> float:
+    return math.log10(max(value, 1e-9))
+
+
 def _svg(series: Sequence[tuple[str, Sequence[Point], str, bool]], x_label: str,
-         y_label: str, lines: bool) -> str:
-    """An SVG plot of ``(label, points, colour, highlighted)`` series."""
-    xs = [x for _, pts, _, _ in series for x, _ in pts] or [0.0]
-    ys = [y for _, pts, _, _ in series for _, y in pts] or [0.0]
+         y_label: str, lines: bool, log_x: bool = False, log_y: bool = False) -> str:
+    """An SVG plot of ``(label, points, colour, highlighted)`` series.
+
+    Latency axes are logarithmic: one slow baseline (torch eager, an overloaded thread
+    setting) would otherwise flatten every other curve against the axis.
+    """
+    fx = _log if log_x else float
+    fy = _log if log_y else float
+    xs = [fx(x) for _, pts, _, _ in series for x, _ in pts] or [0.0]
+    ys = [fy(y) for _, pts, _, _ in series for _, y in pts] or [0.0]
     (x0, x1), (y0, y1) = _scale(xs), _scale(ys)
+    shown_x = (lambda v: 10**v) if log_x else (lambda v: v)
+    shown_y = (lambda v: 10**v) if log_y else (lambda v: v)
 
     def at(x: float, y: float) -> str:
-        px = PAD + (x - x0) / (x1 - x0) * (WIDTH - 2 * PAD)
-        py = HEIGHT - PAD - (y - y0) / (y1 - y0) * (HEIGHT - 2 * PAD)
+        px = PAD + (fx(x) - x0) / (x1 - x0) * (WIDTH - 2 * PAD)
+        py = HEIGHT - PAD - (fy(y) - y0) / (y1 - y0) * (HEIGHT - 2 * PAD)
         return f"{px:.1f},{py:.1f}"
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}">',
@@ -47,10 +60,11 @@ def _svg(series: Sequence[tuple[str, Sequence[Point], str, bool]], x_label: str,
              f'<text x="{WIDTH / 2}" y="{HEIGHT - 10}" text-anchor="middle">{x_label}</text>',
              f'<text x="12" y="{HEIGHT / 2}" transform="rotate(-90 12 {HEIGHT / 2})" '
              f'text-anchor="middle">{y_label}</text>',
-             f'<text x="{PAD}" y="{HEIGHT - PAD + 15}">{x0:.3g}</text>',
-             f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 15}" text-anchor="end">{x1:.3g}</text>',
-             f'<text x="{PAD - 5}" y="{HEIGHT - PAD}" text-anchor="end">{y0:.4g}</text>',
-             f'<text x="{PAD - 5}" y="{PAD}" text-anchor="end">{y1:.4g}</text>']
+             f'<text x="{PAD}" y="{HEIGHT - PAD + 15}">{shown_x(x0):.3g}</text>',
+             f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 15}" '
+             f'text-anchor="end">{shown_x(x1):.3g}</text>',
+             f'<text x="{PAD - 5}" y="{HEIGHT - PAD}" text-anchor="end">{shown_y(y0):.4g}</text>',
+             f'<text x="{PAD - 5}" y="{PAD}" text-anchor="end">{shown_y(y1):.4g}</text>']
     for label, points, colour, chosen in series:
         width = 3 if chosen else 1.5
         title = f"<title>{html.escape(label)}</title>"
@@ -100,10 +114,10 @@ def render_tune_html(report: TuneReport) -> str:
 chosen: <b>{html.escape(summary)}</b>; entry: {html.escape(str(report.entry))}</p>
 <ul>{notes}</ul>
 <h2>Latency vs batch size (p99)</h2>
-{_svg(curves, "batch size", "p99 ms", lines=True)}
+{_svg(curves, "batch size (log)", "p99 ms (log)", lines=True, log_x=True, log_y=True)}
 {_legend(curves)}
 <h2>Accuracy vs latency (batch 1, p50)</h2>
-{_svg(scatter, "p50 ms at batch 1", metric_label, lines=False)}
+{_svg(scatter, "p50 ms at batch 1 (log)", metric_label, lines=False, log_x=True)}
 {_legend(scatter)}
 <h2>Candidates</h2>
 <pre>{html.escape(table)}</pre>
