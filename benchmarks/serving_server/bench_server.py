@@ -1,19 +1,20 @@
 """Server benchmarks behind the numbers in benchmarks/README.md ("Server").
 
     python benchmarks/serving_server/bench_server.py overhead [--requests 3000]
-    python benchmarks/serving_server/bench_server.py batching [--seconds 20 --clients 32]
+    python benchmarks/serving_server/bench_server.py batching [--seconds 15 --clients 32]
 
 ``overhead``: builtin:digits-cnn, one client, batch 1. The engine's in-process p50 (same
 session settings as the server's single instance) against the p50 of the same request
 sent over HTTP (binary tensors and JSON from a keep-alive raw-socket client, and binary
 from tritonclient.http) and gRPC (tritonclient.grpc). Client time is included.
 
-``batching``: builtin:resnet18, batch-1 requests over HTTP (binary), served once with
-dynamic batching (max_batch_size 32, opportunistic: no queue delay) and once without
-(max_batch_size 0). Throughput with N concurrent clients, and p99 of the unbatched server
-at one client for the latency bound.
+``batching``: builtin:resnet18, batch-1 requests over HTTP (binary) from 1 and from N
+concurrent clients, against a server with dynamic batching (max_batch_size 32,
+opportunistic: no queue delay) and one without (max_batch_size 0). Both servers run side
+by side and the measurement windows alternate between them (``--rounds``), so drift in
+the machine's background load hits both alike.
 
-Each run starts ``python -m turboinfer serve`` on 127.0.0.1 in a subprocess and writes
+Each server is ``python -m turboinfer serve`` on 127.0.0.1 in a subprocess and writes
 a JSON result next to this file.
 """
 
@@ -205,43 +206,18 @@ async def _client(port: int, request: bytes, stop_at: float, latencies: list[flo
     writer.close()
 
 
-async def _load(port: int, request: bytes, clients: int, seconds: float
-                ) -> dict[str, float]:
+async def _window(port: int, request: bytes, clients: int, seconds: float
+                  ) -> tuple[list[float], int, float]:
+    """Latencies, error count and measured seconds of one closed-loop window."""
     latencies: list[float] = []
     errors: list[int] = []
-    warm_until = time.perf_counter() + min(3.0, seconds / 4)
+    warm_until = time.perf_counter() + min(2.0, seconds / 2)
     await asyncio.gather(*(_client(port, request, warm_until, [], [])
                            for _ in range(clients)))
     start = time.perf_counter()
     await asyncio.gather(*(_client(port, request, start + seconds, latencies, errors)
                            for _ in range(clients)))
-    elapsed = time.perf_counter() - start
-    result = summary(np.array(latencies))
-    result.update(clients=clients, throughput_rps=len(latencies) / elapsed,
-                  errors=len(errors))
-    return result
-
-
-def serve_and_load(onnx: Path, config: ModelConfig, runs: list[tuple[int, float]],
-                   request: bytes) -> list[dict[str, float]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        write_entry(Path(tmp), "resnet18", onnx, config)
-        process, http_port, _ = start_server(Path(tmp))
-        try:
-            results = []
-            for clients, seconds in runs:
-                before = _stats(http_port)
-                result = asyncio.run(_load(http_port, request, clients, seconds))
-                after = _stats(http_port)
-                # Includes the run's warm-up seconds: same clients, same batching.
-                result["average_batch_size"] = (
-                    (after["inference_count"] - before["inference_count"])
-                    / max(1, after["execution_count"] - before["execution_count"]))
-                results.append(result)
-            return results
-        finally:
-            process.terminate()
-            process.wait()
+    return latencies, len(errors), time.perf_counter() - start
 
 
 def _stats(port: int) -> dict[str, int]:
@@ -254,17 +230,86 @@ def _stats(port: int) -> dict[str, int]:
     return stats
 
 
+class Cell:
+    """One (server, clients) measurement, accumulated over interleaved windows."""
+
+    def __init__(self, clients: int) -> None:
+        self.clients = clients
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.seconds = 0.0
+        self.inferences = 0
+        self.executions = 0
+
+    def measure(self, port: int, request: bytes, seconds: float) -> None:
+        before = _stats(port)
+        latencies, errors, elapsed = asyncio.run(_window(port, request, self.clients, seconds))
+        after = _stats(port)
+        self.latencies += latencies
+        self.errors += errors
+        self.seconds += elapsed
+        # Includes the window's warm-up: same clients, same batching.
+        self.inferences += after["inference_count"] - before["inference_count"]
+        self.executions += after["execution_count"] - before["execution_count"]
+
+    def summary(self) -> dict[str, float]:
+        result = summary(np.array(self.latencies))
+        result.update(clients=self.clients, errors=self.errors,
+                      throughput_rps=len(self.latencies) / self.seconds,
+                      average_batch_size=self.inferences / max(1, self.executions))
+        return result
+
+
+def engine_ceiling(onnx: Path, rounds: int) -> dict[str, float]:
+    """In-process ms per image at batch 1 and 32: what batching can gain at most."""
+    session = load_session(resolve_model("builtin:resnet18").artifact, "onnxruntime",
+                           EngineSettings(intra_op_threads=available_cores()))
+    del onnx
+    result = {}
+    for batch, runs in ((1, 20 * rounds), (32, rounds)):
+        x = np.random.default_rng(0).random((batch, 3, 224, 224), dtype=np.float32)
+        session.run({"input": x})
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            session.run({"input": x})
+            times.append(time.perf_counter() - start)
+        result[f"ms_per_image_batch_{batch}"] = float(np.median(times)) * 1e3 / batch
+    result["ceiling_ratio"] = result["ms_per_image_batch_1"] / result["ms_per_image_batch_32"]
+    return result
+
+
 def batching(args: argparse.Namespace) -> dict[str, object]:
-    model = resolve_model("builtin:resnet18")
+    """Both servers run side by side (an idle one costs nothing) and the windows
+    alternate between them, so a change in the machine's background load hits both."""
+    onnx = resolve_model("builtin:resnet18").artifact.onnx_path
     x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
     request = binary_request("resnet18", x)
-    on_1, on = serve_and_load(model.artifact.onnx_path, BATCHING_ON,
-                              [(1, args.seconds), (args.clients, args.seconds)], request)
-    off_1, off_n = serve_and_load(model.artifact.onnx_path, BATCHING_OFF,
-                                  [(1, args.seconds), (args.clients, args.seconds)], request)
-    return {"batching_on": on, "batching_off": off_n, "batching_off_1_client": off_1,
-            "batching_on_1_client": on_1,
-            "throughput_ratio": on["throughput_rps"] / off_n["throughput_rps"],
+    cells = {(label, clients): Cell(clients) for label in ("on", "off")
+             for clients in (1, args.clients)}
+    with tempfile.TemporaryDirectory() as tmp:
+        ports, processes = {}, []
+        for label, config in (("on", BATCHING_ON), ("off", BATCHING_OFF)):
+            write_entry(Path(tmp) / label, "resnet18", onnx, config)
+            process, ports[label], _ = start_server(Path(tmp) / label)
+            processes.append(process)
+        try:
+            for round_ in range(args.rounds):
+                order = ("on", "off") if round_ % 2 == 0 else ("off", "on")
+                for clients in (1, args.clients):
+                    for label in order:
+                        cells[label, clients].measure(ports[label], request,
+                                                      args.seconds / args.rounds)
+            ceiling = engine_ceiling(onnx, args.rounds)  # both servers idle meanwhile
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait()
+    on, off = cells["on", args.clients].summary(), cells["off", args.clients].summary()
+    off_1 = cells["off", 1].summary()
+    return {"batching_on": on, "batching_off": off, "batching_off_1_client": off_1,
+            "batching_on_1_client": cells["on", 1].summary(), "engine_in_process": ceiling,
+            "throughput_ratio": on["throughput_rps"] / off["throughput_rps"],
             "p99_ratio_vs_unbatched_1_client": on["p99_ms"] / off_1["p99_ms"]}
 
 
@@ -287,6 +332,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="batching: windows per cell, alternating the two servers")
     args = parser.parse_args()
     before = machine()
     result = overhead(args) if args.scenario == "overhead" else batching(args)
