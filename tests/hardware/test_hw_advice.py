@@ -50,9 +50,9 @@ def avx2_only_cpu() -> CpuProfile:
 
 
 @pytest.mark.parametrize(("sample", "activation", "fp16", "bf16", "int8_line"), [
-    ("kvm-xeon-amx-2cpu", "int8", False, True, "AMX-INT8 present"),
-    ("sapphire-rapids-8cpu", "int8", False, True, "AMX-INT8 present"),
-    ("epyc-zen4-8cpu", "int8", False, True, "AVX512-VNNI present"),
+    ("kvm-xeon-amx-2cpu", "uint8", False, True, "AMX-INT8 present"),
+    ("sapphire-rapids-8cpu", "uint8", False, True, "AMX-INT8 present"),
+    ("epyc-zen4-8cpu", "uint8", False, True, "AVX512-VNNI present"),
     ("graviton3-8cpu", "int8", True, True, "ARM dotprod/i8mm present"),
 ])
 def test_sample_decisions(sample: str, activation: str, fp16: bool, bf16: bool,
