@@ -7,6 +7,8 @@ an accuracy budget and writes a model-repository entry for the server.
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,3 +104,15 @@ def tune(
         if value is not None:
             values[key] = tuple(value)
     return run_tune(model, Path(repo), TuneSettings(**values), progress)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``turboinfer.optimize(...)`` call ``optimize`` although the name is also this
+    subpackage: Python rebinds ``turboinfer.optimize`` to the module on every import of
+    it, so a plain function re-export at the top level would be overwritten."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> OptimizeReport:
+        return optimize(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
