@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from llm_helpers import make_engine
 
 from turboinfer.errors import InvalidInputError
 from turboinfer.llm.engine import LLMEngine
+from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.sampling_params import SamplingParams
 from turboinfer.llm.sequence import FinishReason, Sequence
@@ -147,3 +150,17 @@ def test_bad_prompts(tiny_model: LlamaModel, prompt: list[int], message: str) ->
 def test_bad_sampling_params(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def test_mkl_packed_linears_give_identical_greedy_output(tiny_llama_dir: Path) -> None:
+    from turboinfer.llm.kernels import mkl_packing_available, pack_linear_layers
+
+    if not mkl_packing_available():
+        pytest.skip("torch built without MKL")
+    model = load_model(tiny_llama_dir)
+    assert pack_linear_layers(model, 16) == 2 * 4 + 1
+    engine = make_engine(model, kv_cache_tokens=1024, block_size=4)
+    packed = run(engine, PROMPTS[:3])
+    plain = make_engine(load_model(tiny_llama_dir), kv_cache_tokens=1024, block_size=4)
+    assert [s.output_token_ids for s in packed] == [
+        s.output_token_ids for s in run(plain, PROMPTS[:3])]

@@ -12,6 +12,7 @@ import torch
 from turboinfer.errors import InvalidInputError, UnknownModelError
 from turboinfer.llm.config import EngineConfig, QuantMode
 from turboinfer.llm.engine import LLMEngine
+from turboinfer.llm.kernels import pack_linear_layers
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.quant import quantize_model
@@ -83,6 +84,8 @@ class LLM:
         model = load_model(folder)
         if self.config.quant is not QuantMode.NONE:
             quantize_model(model, self.config.quant, group_size=self.config.quant_group_size)
+        else:
+            pack_linear_layers(model, self.config.packed_batch_hint)
         return model
 
     def _encode(self, prompt: str | Seq[int]) -> list[int]:

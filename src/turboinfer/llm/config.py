@@ -126,6 +126,8 @@ class EngineConfig:
     ngram_size: int = 0
     max_model_len: int = 0
     num_threads: int = 0
+    # Batch size MKL packs fp32 weights for (0: plain F.linear). See llm/kernels.py.
+    packed_batch_hint: int = 16
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
