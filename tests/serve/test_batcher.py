@@ -86,11 +86,11 @@ def test_requests_arriving_while_busy_form_one_batch_split_back() -> None:
 
 def test_queue_delay_collects_up_to_max_batch_size() -> None:
     async def scenario() -> None:
-        batcher, (session,) = make(BatchingSettings(max_batch_size=4, max_queue_delay_s=0.5))
+        batcher, (session,) = make(BatchingSettings(max_batch_size=4, max_queue_delay_s=30.0))
         start = time.perf_counter()
         results = await asyncio.gather(*(batcher.submit(rows(i), 1) for i in range(4)))
-        # The batch was full before the delay ran out: no waiting for it.
-        assert time.perf_counter() - start < 0.4
+        # The batch was full long before the 30 s delay ran out: no waiting for it.
+        assert time.perf_counter() - start < 15.0
         assert [b.shape[0] for b in session.batches] == [4]
         assert [float(r["y"][0, 0]) for r in results] == [0.0, 2.0, 4.0, 6.0]
         await batcher.close()
@@ -124,10 +124,9 @@ def test_full_queue_rejects_at_once_and_timeouts_expire() -> None:
         queued = [asyncio.create_task(batcher.submit(rows(i), 1, timeout_s=0.05))
                   for i in (1, 2)]
         await _until(lambda: batcher.pending == 2)
-        start = time.perf_counter()
         with pytest.raises(UnavailableError, match="queue full"):
             await batcher.submit(rows(3), 1)
-        assert time.perf_counter() - start < 0.05
+        assert not running.done()  # rejected while the instance was still busy: no waiting
         await asyncio.sleep(0.1)
         assert all(task.done() for task in queued)  # expired while the instance was busy
         session.gate.set()

@@ -175,9 +175,11 @@ def test_full_queue_rejects_fast_with_bounded_memory(slow_server: Server) -> Non
     with ThreadPoolExecutor(40) as pool:  # 10x the queue of 4
         results = list(pool.map(lambda _: _timed_post(slow_server, body, headers), range(40)))
     rejected = [seconds for status, seconds in results if status == 503]
+    accepted = [seconds for status, seconds in results if status == 200]
     assert {status for status, _ in results} <= {200, 503}
-    assert len(rejected) >= 20
-    assert np.median(rejected) < 0.5
+    assert len(rejected) >= 20 and accepted
+    # Rejected at the door: sooner than the requests that waited in the queue and ran.
+    assert np.median(rejected) < np.median(accepted)
     assert process.memory_info().rss - rss_before < 100 * 1024 * 1024
     assert _timed_post(slow_server, body, headers)[0] == 200
 
