@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import tempfile
 from collections.abc import Iterator
 
 
@@ -23,3 +25,20 @@ def quiet() -> Iterator[None]:
             yield
     finally:
         root.setLevel(level)
+
+
+@contextlib.contextmanager
+def scratch_cwd() -> Iterator[None]:
+    """Run inside a throw-away working directory.
+
+    ORT's symbolic shape inference saves ``sym_shape_infer_temp.onnx`` and its external
+    data into the current directory when it gives up, leaving ~100 MB files wherever the
+    user happened to run turboinfer. Callers must pass absolute paths.
+    """
+    previous = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="turboinfer-") as scratch:
+        os.chdir(scratch)
+        try:
+            yield
+        finally:
+            os.chdir(previous)

@@ -24,7 +24,7 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from turboinfer.optimize.calibration import CALIBRATORS
-from turboinfer.optimize.logs import quiet
+from turboinfer.optimize.logs import quiet, scratch_cwd
 from turboinfer.optimize.settings import ActivationType, CalibrationMethod
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,13 @@ class StaticQuant:
 def prepare(src: Path, dst: Path) -> Path:
     """Shape inference and basic fusions (Conv+BatchNorm) ORT recommends before quantizing,
     and a name on every node so layers can be excluded by name."""
+    src, dst = src.resolve(), dst.resolve()
     try:
-        with quiet():
+        with quiet(), scratch_cwd():
             quant_pre_process(str(src), str(dst))
     except Exception as exc:  # symbolic shape inference fails on some exported graphs
         log.info("symbolic shape inference failed (%s); using ONNX shape inference", exc)
-        with quiet():
+        with quiet(), scratch_cwd():
             quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
     model = onnx.load(str(dst))
     for index, node in enumerate(model.graph.node):
