@@ -32,7 +32,8 @@ def test_int8_kernel_matches_dequantized_weights(linear: nn.Linear) -> None:
     x = torch.randn(5, 128)
     q, scales = quantize_int8(linear.weight)
     want = x @ (q.float() * scales[:, None]).T + linear.bias
-    torch.testing.assert_close(Int8Handler().module(linear)(x), want, atol=1e-4, rtol=1e-4)
+    # bf16 activations inside the kernel: agreement to bf16 precision.
+    torch.testing.assert_close(Int8Handler().module(linear)(x), want, atol=2e-2, rtol=2e-2)
     assert (q.float() * scales[:, None] - linear.weight).abs().max() <= scales.max() / 2 + 1e-6
 
 
@@ -43,7 +44,7 @@ def test_int4_kernel_matches_dequantized_weights(linear: nn.Linear, group: int) 
     assert int(q.min()) >= 0 and int(q.max()) <= 15
     deq = dequantize_int4(q, scales, low, group)
     out = Int4Handler(group).module(linear)(x)
-    torch.testing.assert_close(out, x @ deq.T + linear.bias, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(out, x @ deq.T + linear.bias, atol=2e-2, rtol=2e-2)
     assert float((deq - linear.weight).abs().max()) <= float(scales.max()) / 2 + 1e-6
 
 

@@ -1,9 +1,12 @@
 """Weight-only quantization of the linear layers, applied at load time.
 
 int8: one scale per output channel (symmetric). int4: asymmetric groups of
-``group_size`` input channels, each with a scale and a zero point. Activations stay in
-floating point; the matmuls run on torch's CPU weight-only kernels, which read the
-packed weights directly instead of materialising a float copy.
+``group_size`` input channels, each with a scale and a zero point. Activations are not
+quantized: the matmuls run on torch's CPU weight-only kernels, which read the packed
+weights directly instead of materialising a float copy. Those kernels are vectorised
+for bf16 activations only (measured, 1 thread, 768->2304, batch 1: int8 0.10 ms and
+int4 0.09 ms with bf16 inputs, 1.0 ms and 2.8 ms with fp32 inputs, fp32 F.linear
+0.28 ms), so inputs are cast to bf16 for the matmul and the result back to fp32.
 
 Each mode is a handler with two methods, ``quantize`` (float weight -> packed tensors)
 and ``module`` (packed tensors -> a drop-in ``nn.Module``), looked up in a table.
@@ -19,6 +22,8 @@ from torch import nn
 
 from turboinfer.llm.config import QuantMode
 
+COMPUTE_DTYPE = torch.bfloat16
+
 
 class Int8Linear(nn.Module):
     def __init__(self, weight: torch.Tensor, scales: torch.Tensor,
@@ -31,8 +36,8 @@ class Int8Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        out = torch._weight_int8pack_mm(flat, self.weight, self.scales)
+        flat = x.reshape(-1, x.shape[-1]).to(COMPUTE_DTYPE)
+        out = torch._weight_int8pack_mm(flat, self.weight, self.scales).to(x.dtype)
         if self.bias is not None:
             out = out + self.bias
         return out.view(*x.shape[:-1], -1)
@@ -51,9 +56,9 @@ class Int4Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
+        flat = x.reshape(-1, x.shape[-1]).to(COMPUTE_DTYPE)
         out = torch._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size,
-                                                self.scales_zeros)
+                                                self.scales_zeros).to(x.dtype)
         if self.bias is not None:
             out = out + self.bias
         return out.view(*x.shape[:-1], self.out_features)
@@ -100,7 +105,7 @@ class Int8Handler:
     def module(self, linear: nn.Linear) -> nn.Module:
         q, scales = quantize_int8(linear.weight.data.float())
         bias = None if linear.bias is None else linear.bias.data.float()
-        return Int8Linear(q, scales, bias)
+        return Int8Linear(q, scales.to(COMPUTE_DTYPE), bias)
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,7 @@ class Int4Handler:
         packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
         # The kernel computes (q - 8) * scale + zero, so zero = minimum + 8 * scale.
         zeros = low + 8 * scales
-        scales_zeros = torch.stack([scales.t(), zeros.t()], dim=-1).contiguous()
+        scales_zeros = torch.stack([scales.t(), zeros.t()], dim=-1).to(COMPUTE_DTYPE)
         bias = None if linear.bias is None else linear.bias.data.float()
         return Int4Linear(packed, scales_zeros, self.group_size, linear.out_features, bias)
 
