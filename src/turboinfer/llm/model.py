@@ -40,15 +40,18 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, positions: torch.Tensor, *xs: torch.Tensor) -> list[torch.Tensor]:
-        cos = self.cos[positions].unsqueeze(1).to(xs[0].dtype)       # [T, 1, D]
-        sin = self.sin[positions].unsqueeze(1).to(xs[0].dtype)
-        out = []
-        for x in xs:
-            half = x.shape[-1] // 2
-            rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-            out.append(x * cos + rotated * sin)
-        return out
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin for ``positions``: [T, 1, D], looked up once per forward, not per layer."""
+        return (self.cos[positions].unsqueeze(1).to(dtype),
+                self.sin[positions].unsqueeze(1).to(dtype))
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, heads, D]; rotates pairs (i, i + D/2) by the position's angles."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
 
 
 class Attention(nn.Module):
@@ -64,15 +67,14 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
         self.scale = self.head_dim ** -0.5
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 batch: AttentionBatch | None, cache: tuple[torch.Tensor, torch.Tensor] | None,
                 ) -> torch.Tensor:
-        tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(tokens, self.num_heads, self.head_dim)
-        k = k.view(tokens, self.num_kv_heads, self.head_dim)
-        v = v.view(tokens, self.num_kv_heads, self.head_dim)
-        q, k = rope(positions, q, k)
+        tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x).view(tokens, heads + 2 * kv_heads, self.head_dim)
+        # q and k sit side by side in the fused output: one rotation covers both.
+        qk = apply_rotary(qkv[:, :heads + kv_heads], *rope)
+        q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
         if batch is None or cache is None:
             out = dense_attention(q, k, v, scale=self.scale)
         else:
@@ -123,11 +125,12 @@ class LlamaModel(nn.Module):
         """input_ids, positions: [T]. Without ``batch``/``kv_cache`` the tokens are one
         sequence attended causally with no cache (perplexity, reference checks)."""
         x = self.embed_tokens(input_ids)                             # [T, hidden]
+        rope = self.rope.tables(positions, x.dtype)
         for i, module in enumerate(self.layers):
             layer: DecoderLayer = module  # type: ignore[assignment]
             cache = None if kv_cache is None else (kv_cache.k[i], kv_cache.v[i])
             h = layer.input_layernorm(x)
-            x = x + layer.self_attn(h, positions, self.rope, batch, cache)
+            x = x + layer.self_attn(h, rope, batch, cache)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.norm(x)
 
