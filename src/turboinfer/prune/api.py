@@ -86,8 +86,7 @@ def prune(
     pruned = _score(eval_fn, module)
     dense_model, masks = None, None
     if settings.semi_structured:
-        dense_model = copy.deepcopy(module).eval()
-        masks = sparsity24.apply_2to4(module, skip=spec.ignored)
+        dense_model, masks = _semi_structured(module, spec)
     masked = _score(eval_fn, module) if masks is not None else None
     after_update = (lambda: sparsity24.reapply(masks)) if masks is not None else None
     losses = distill(module, teacher, data, settings.distill, after_update=after_update,
@@ -107,6 +106,14 @@ def prune(
         zero_fraction=sparsity24.zero_fraction(masks) if masks is not None else None,
         dense_model=dense_model,
     )
+
+
+def _semi_structured(
+    module: nn.Module, spec: PrunerSpec
+) -> tuple[nn.Module, sparsity24.Masks]:
+    """2:4 masks on the pruned model, and a dense copy to time it against."""
+    dense = copy.deepcopy(module).eval()
+    return dense, sparsity24.apply_2to4(module, skip=spec.ignored)
 
 
 def _spec(

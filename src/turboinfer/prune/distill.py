@@ -125,24 +125,42 @@ def distill(
     teacher.eval()
     history = []
     with tapped(student, taps) as s_feats, tapped(teacher, taps) as t_feats:
+
+        def batch_loss(
+            inputs: tuple[torch.Tensor, ...], labels: torch.Tensor | None
+        ) -> torch.Tensor:
+            s_feats.clear()
+            t_feats.clear()
+            with torch.no_grad():
+                target = teacher(*inputs)
+            loss = loss_fn(student(*inputs), target, labels)
+            if taps:
+                loss = loss + settings.feature_weight * feature_loss(s_feats, t_feats)
+            return loss
+
         for _ in range(settings.epochs):
-            student.train()
-            total, count = 0.0, 0
-            for inputs, labels in data:
-                s_feats.clear()
-                t_feats.clear()
-                with torch.no_grad():
-                    target = teacher(*inputs)
-                loss = loss_fn(student(*inputs), target, labels)
-                if taps:
-                    loss = loss + settings.feature_weight * feature_loss(s_feats, t_feats)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                if after_update is not None:
-                    after_update()
-                total, count = total + loss.item(), count + 1
+            history.append(_epoch(student, data, batch_loss, optimizer, after_update))
             schedule.step()
-            history.append(total / max(count, 1))
     student.eval()
     return history
+
+
+def _epoch(
+    student: torch.nn.Module,
+    data: Iterable[Batch],
+    batch_loss: Callable[[tuple[torch.Tensor, ...], torch.Tensor | None], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    after_update: Callable[[], None] | None,
+) -> float:
+    """One pass over ``data``; the mean loss."""
+    student.train()
+    total, count = 0.0, 0
+    for inputs, labels in data:
+        loss = batch_loss(inputs, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if after_update is not None:
+            after_update()
+        total, count = total + loss.item(), count + 1
+    return total / max(count, 1)

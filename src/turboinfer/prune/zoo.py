@@ -55,7 +55,24 @@ def _minilm(extra: Path | None, batch: int, seed: int) -> TrainData:
 
     texts = minilm.calibration_sentences() + (load_text(extra) if extra else ())
     # One width for all (the longest text): batches are then plain array slices.
-    return TrainData(dict(minilm.tokenize(texts)), None, batch_size=batch, seed=seed)
+    feeds = minilm.tokenize(texts + halves(texts))
+    return TrainData(dict(feeds), None, batch_size=batch, seed=seed)
+
+
+def halves(texts: tuple[str, ...], min_words: int = 6) -> tuple[str, ...]:
+    """Each longer sentence's first and second half, as extra distillation inputs.
+
+    A few hundred sentences over-fit a pruned encoder (train cosine 0.93, held-out 0.85
+    on builtin:minilm); the halves are new inputs at no cost and lifted held-out cosine
+    by about 0.025 there.
+    """
+    parts: list[str] = []
+    for text in texts:
+        words = text.split()
+        if len(words) >= min_words:
+            middle = len(words) // 2
+            parts += [" ".join(words[:middle]), " ".join(words[middle:])]
+    return tuple(parts)
 
 
 TRAIN_DATA: dict[str, Callable[[Path | None, int, int], TrainData]] = {
