@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps-per-phase", type=positive_int, default=2)
     parser.add_argument("--distill-epochs", type=int, default=10)
     parser.add_argument("--temperature", type=float, default=4.0)
+    parser.add_argument("--lr", type=float, default=1e-4, help="distillation learning rate")
     parser.add_argument("--train-data", type=Path, default=None, metavar="PATH",
                         help=".npz with one array per model input (+ 'labels'); for "
                              "builtin:minilm a text file, one sentence per line, added to "
@@ -95,5 +96,6 @@ def build_settings(args: argparse.Namespace) -> PruneSettings:
         semi_structured=args.semi_structured,
         seed=args.seed,
         batch_size=args.batch_size,
-        distill=DistillSettings(epochs=args.distill_epochs, temperature=args.temperature),
+        distill=DistillSettings(epochs=args.distill_epochs, temperature=args.temperature,
+                                lr=args.lr),
     )

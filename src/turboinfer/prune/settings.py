@@ -61,7 +61,9 @@ class DistillSettings:
     objective: Objective = Objective.LOGITS
     temperature: float = 4.0
     alpha: float = 0.7
-    lr: float = 3e-4
+    # 1e-4 kept digits-cnn within 0.5 points of its unpruned accuracy at 50% with either
+    # protection; 3e-4 and 1e-3 shook a student that pruning had barely hurt.
+    lr: float = 1e-4
     weight_decay: float = 1e-4
     # Weight of matching intermediate outputs whose width pruning keeps (BERT layers).
     feature_weight: float = 1.0
