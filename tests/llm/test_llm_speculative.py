@@ -86,3 +86,28 @@ def test_greedy_probs_accept_only_the_argmax() -> None:
     assert rejection_sample(target, Proposal([2, 3], None)) == [2, 3, 1]
     assert rejection_sample(target, Proposal([1, 3], None)) == [2]
     assert GREEDY.greedy
+
+
+def test_greedy_accept_equals_rejection_sampling_on_one_hot() -> None:
+    from turboinfer.llm.speculative import greedy_accept
+
+    onehot = torch.eye(6)
+    for target, draft in [([2, 3, 1], [2, 0]), ([2, 3, 1], [2, 3]), ([4, 4, 4], [1, 4])]:
+        probs = torch.stack([onehot[t] for t in target])
+        assert greedy_accept(target, draft) == rejection_sample(probs, Proposal(draft, None))
+
+
+def test_sampled_requests_mixed_with_greedy_in_one_speculative_batch(
+        tiny_model: LlamaModel, tiny_draft: LlamaModel) -> None:
+    from turboinfer.llm.sampling_params import SamplingParams
+
+    engine = make_engine(tiny_model, kv_cache_tokens=1024, block_size=4, draft=tiny_draft,
+                         num_speculative_tokens=3)
+    sampled = SamplingParams(max_tokens=12, temperature=0.8, top_k=30, seed=3, ignore_eos=True)
+    a = engine.add_request(PROMPTS[0], sampled)
+    b = engine.add_request(PROMPTS[1], GREEDY)
+    while engine.has_unfinished():
+        engine.step()
+    assert a.num_output_tokens == 12 and b.num_output_tokens == 12
+    assert b.output_token_ids == alone(tiny_model, PROMPTS[1])
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
@@ -66,8 +67,8 @@ class LLM:
         except ValueError:
             raise InvalidInputError(f"unknown quantization {quant!r}; use int8 or int4") from None
         base = config or EngineConfig()
-        overrides = {"quant": quant_mode, "ngram_size": ngram or base.ngram_size}
-        self.config = EngineConfig(**{**base.__dict__, **overrides})
+        self.config = dataclasses.replace(base, quant=quant_mode,
+                                          ngram_size=ngram or base.ngram_size)
         if draft is not None and self.config.ngram_size:
             raise InvalidInputError("choose one of a draft model and n-gram drafting")
         self.model = self._load(folder)

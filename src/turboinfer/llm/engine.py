@@ -17,6 +17,7 @@ from turboinfer.llm.speculative import (
     DraftModelProposer,
     NgramProposer,
     SpecStats,
+    greedy_accept,
     rejection_sample,
 )
 from turboinfer.llm.tokenizer import Tokenizer
@@ -144,12 +145,18 @@ class LLMEngine:
         logits = self.runner.run(items)
         params = [s.params for s, p in zip(seqs, proposals, strict=True)
                   for _ in range(1 + len(p.tokens))]
-        probs = logits_to_probs(logits, params)
+        all_greedy = all(p.greedy for p in params)
+        # Greedy rows need only the argmax; probabilities only for sampled requests.
+        argmax = logits.argmax(dim=-1).tolist() if all_greedy else []
+        probs = None if all_greedy else logits_to_probs(logits, params)
         row = 0
         for seq, proposal in zip(seqs, proposals, strict=True):
             k = len(proposal.tokens)
-            gen = seq.generator or self.generator
-            tokens = rejection_sample(probs[row:row + k + 1], proposal, gen)
+            if probs is None:
+                tokens = greedy_accept(argmax[row:row + k + 1], proposal.tokens)
+            else:
+                gen = seq.generator or self.generator
+                tokens = rejection_sample(probs[row:row + k + 1], proposal, gen)
             row += k + 1
             self._record_spec(k, len(tokens))
             # The last verified token plus the accepted drafts now have target KV.

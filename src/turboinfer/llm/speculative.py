@@ -56,6 +56,17 @@ def rejection_sample(target_probs: torch.Tensor, proposal: Proposal,
     return [*proposal.tokens[:m], int(torch.multinomial(residual, 1, generator=generator))]
 
 
+def greedy_accept(target_argmax: list[int], draft: list[int]) -> list[int]:
+    """``rejection_sample`` for one-hot target and draft distributions, without tensors:
+    keep drafts while they equal the target's argmax, then emit the target's token."""
+    out = []
+    for proposed, wanted in zip(draft, target_argmax, strict=False):
+        if proposed != wanted:
+            break
+        out.append(proposed)
+    return [*out, target_argmax[len(out)]]
+
+
 class NgramProposer:
     """Prompt-lookup drafting: find the latest earlier occurrence of the sequence's last
     n tokens (n from ``max_ngram`` down to 1) and propose the tokens that followed it."""
@@ -103,11 +114,17 @@ class DraftModelProposer:
             active = [i for i, lim in enumerate(limits) if min(lim, self.num_tokens) > step]
             items = [StepItem(feeds[i], starts[i], seqs[i].block_table, 1) for i in active]
             logits = self.runner.run(items)
-            p = logits_to_probs(logits, [seqs[i].params for i in active])
-            drawn = sample_from_probs(p, [None] * len(active), self.generator).tolist()
+            params = [seqs[i].params for i in active]
+            if all(p.greedy for p in params):
+                # A greedy draft is deterministic: q is one-hot, no probabilities needed.
+                drawn = logits.argmax(dim=-1).tolist()
+            else:
+                p = logits_to_probs(logits, params)
+                drawn = sample_from_probs(p, [None] * len(active), self.generator).tolist()
             for row, i in enumerate(active):
                 tokens[i].append(int(drawn[row]))
-                probs[i].append(p[row])
+                if not seqs[i].params.greedy:
+                    probs[i].append(p[row])
                 starts[i] += len(feeds[i])
                 feeds[i] = [int(drawn[row])]
         for i, s in enumerate(seqs):
