@@ -75,3 +75,14 @@ def test_cli_bad_input_is_one_line_error(tiny_llm_dir: Path, capsys: pytest.Capt
 def test_cli_missing_model_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["llm", "generate", str(tmp_path / "nope"), "--prompt", "x"]) == 2
     assert "no such model folder" in capsys.readouterr().err
+
+
+def test_stream_never_shows_the_stop_string(tiny_llm_dir: Path) -> None:
+    llm = LLM(tiny_llm_dir, config=EngineConfig(kv_cache_tokens=1024))
+    words = llm.generate("the value", GREEDY)[0].text.split()
+    stop = f"{words[2]} {words[3]}"
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True, stop=(stop,))
+    streamed = "".join(llm.stream("the value", params))
+    # Had a piece of the stop string been shown, the stream could not match the final text.
+    assert streamed == llm.generate("the value", params)[0].text
+    assert streamed.split() == words[:2]

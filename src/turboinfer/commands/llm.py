@@ -33,6 +33,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="tokens proposed per step when speculating (default 4)")
     parser.add_argument("--quant", choices=["none", "int8", "int4"], default="none",
                         help="weight-only quantization of the linear layers")
+    parser.add_argument("--group-size", type=int, choices=[32, 64, 128, 256], default=32,
+                        help="int4 group size along the input channels (default 32)")
     parser.add_argument("--block-size", type=positive_int, default=16)
     parser.add_argument("--kv-cache-tokens", type=positive_int, default=16384)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
@@ -71,7 +73,7 @@ def _build(args: argparse.Namespace) -> LLM:
 
     config = EngineConfig(block_size=args.block_size, kv_cache_tokens=args.kv_cache_tokens,
                           num_speculative_tokens=args.num_speculative,
-                          num_threads=max(args.threads, 0))
+                          num_threads=max(args.threads, 0), quant_group_size=args.group_size)
     draft = demo_model_dir("draft") if args.draft == "demo" else args.draft
     return LLM(args.model, draft=draft, ngram=args.ngram, quant=args.quant, config=config)
 

@@ -120,12 +120,16 @@ class LLM:
     def stream(self, prompt: str | Seq[int], params: SamplingParams | None = None,
                ) -> Iterator[str]:
         """Yield text pieces as tokens are generated."""
-        seq = self.engine.add_request(self._encode(prompt), params or SamplingParams())
+        params = params or SamplingParams()
+        seq = self.engine.add_request(self._encode(prompt), params)
+        # Hold back what could be the start of a stop string until it is ruled out.
+        holdback = max((len(s) for s in params.stop), default=1) - 1
         shown = ""
         while not seq.is_finished:
             self.engine.step()
             text = self._text(seq)
-            # A token may end mid-character; hold back until the text is whole.
+            text = text[:len(text) - holdback] if holdback else text
+            # A token may end mid-character; wait until the text is whole.
             if text.startswith(shown) and not text.endswith("\ufffd"):
                 yield text[len(shown):]
                 shown = text
