@@ -20,6 +20,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -201,6 +202,51 @@ def quant(args: argparse.Namespace) -> dict[str, object]:
     return res
 
 
+def markdown(results: dict[str, Any]) -> str:
+    """The README tables from ``results.json``."""
+    lines: list[str] = []
+    tp = results.get("throughput")
+    if tp:
+        lines += ["| system | batch / concurrency | tokens/s (wall) | tokens/s (CPU) | "
+                  "TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | KV slots unused |",
+                  "|---|---|---|---|---|---|---|",
+                  f"| transformers generate() | 1 | {tp['hf_generate_batch1_tps']:.1f} | "
+                  f"{tp['hf_generate_batch1_tps_cpu']:.1f} | - | - | - |"]
+        for b in (1, 16):
+            if f"ct2_batch{b}_tps" in tp:
+                lines.append(f"| CTranslate2 | {b} | {tp[f'ct2_batch{b}_tps']:.1f} | "
+                             f"{tp[f'ct2_batch{b}_tps_cpu']:.1f} | - | - | - |")
+        rows = [(r, str(r["concurrency"])) for r in tp["turboinfer"]]
+        rows += [(r, f"{r['concurrency']}, mixed lengths") for r in tp["turboinfer_mixed_lengths"]]
+        for r, label in rows:
+            lines.append(
+                f"| turboinfer | {label} | {r['tokens_per_s']:.1f} | "
+                f"{r['tokens_per_cpu_s']:.1f} | {r['ttft_p50_ms']:.0f} / {r['ttft_p99_ms']:.0f} "
+                f"| {r['tpot_p50_ms']:.0f} / {r['tpot_p99_ms']:.0f} | "
+                f"{r['kv_slots_unused_pct']:.1f}% (static {r['static_slots_unused_pct']:.1f}%) |")
+        lines.append("")
+    spec = results.get("speculative")
+    if spec:
+        lines += ["| drafting | k | plain tokens/CPU-s | speculative tokens/CPU-s | speed-up | "
+                  "acceptance | tokens per target forward | identical greedy output |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, r in spec.items():
+            lines.append(f"| {name} | {r['k']} | {r['plain_tps']:.1f} | {r['spec_tps']:.1f} | "
+                         f"{r['speedup']:.2f}x | {r['acceptance_rate']:.2f} | "
+                         f"{r['tokens_per_target_forward']:.2f} | "
+                         f"{r['identical_greedy_output']} |")
+        lines.append("")
+    quant_res = results.get("quant")
+    if quant_res:
+        lines += ["| weights | demo perplexity | increase | demo tokens/CPU-s | "
+                  "110M tokens/CPU-s |", "|---|---|---|---|---|"]
+        for mode, r in quant_res.items():
+            lines.append(f"| {mode} | {r['perplexity']:.2f} | "
+                         f"{r['perplexity_increase_pct']:+.2f}% | {r['demo_tps']:.1f} | "
+                         f"{r.get('110m_tps', float('nan')):.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sections", default="throughput,speculative,quant")
@@ -211,7 +257,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--k", type=int, default=4, help="speculative tokens per step")
     parser.add_argument("--ppl-tokens", type=int, default=8192)
+    parser.add_argument("--tables", action="store_true",
+                        help="print the README tables from results.json and exit")
     args = parser.parse_args()
+    if args.tables:
+        print(markdown(json.loads((HERE / "results.json").read_text())))
+        return
     torch.set_num_threads(args.threads)
     WORK.mkdir(parents=True, exist_ok=True)
     results: dict[str, object] = {
