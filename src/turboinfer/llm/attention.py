@@ -56,22 +56,30 @@ class AttentionBatch:
         """``starts[b]``: tokens of sequence b already cached; ``query_lens[b]``: new ones."""
         num_seqs = len(starts)
         max_blocks = max(len(t) for t in block_tables)
-        tables = torch.zeros(num_seqs, max_blocks, dtype=torch.long)
-        for b, table in enumerate(block_tables):
-            tables[b, :len(table)] = torch.tensor(table, dtype=torch.long)
+        tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in block_tables],
+                              dtype=torch.long)
+        key_pos = torch.arange(max_blocks * block_size)
+        max_q = max(query_lens)
+        if max_q == 1:
+            # Decode step: one token per sequence. Plain Python is cheaper than a dozen
+            # tiny tensor ops here, and this runs once per step (and per draft step).
+            slots = [t[p // block_size] * block_size + p % block_size
+                     for t, p in zip(block_tables, starts, strict=True)]
+            start = torch.tensor(starts, dtype=torch.long)
+            mask = (key_pos[None, :] <= start[:, None])[:, None, None, :]         # [B,1,1,L]
+            return cls(start, torch.tensor(slots, dtype=torch.long), torch.arange(num_seqs),
+                       torch.zeros(num_seqs, dtype=torch.long), tables, mask, 1)
         start = torch.tensor(starts, dtype=torch.long)
         qlens = torch.tensor(query_lens, dtype=torch.long)
         seq_index = torch.repeat_interleave(torch.arange(num_seqs), qlens)  # [T]
         first = torch.cumsum(qlens, 0) - qlens
         query_offset = torch.arange(int(qlens.sum())) - first[seq_index]
         positions = start[seq_index] + query_offset
-        slots = (tables[seq_index, positions // block_size] * block_size
-                 + positions % block_size)
-        max_q = max(query_lens)
-        key_pos = torch.arange(max_blocks * block_size)
+        slots_t = (tables[seq_index, positions // block_size] * block_size
+                   + positions % block_size)
         query_pos = start[:, None] + torch.arange(max_q)[None, :]              # [B, Qmax]
         mask = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)  # [B,1,Q,L]
-        return cls(positions, slots, seq_index, query_offset, tables, mask, max_q)
+        return cls(positions, slots_t, seq_index, query_offset, tables, mask, max_q)
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
