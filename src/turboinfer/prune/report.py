@@ -94,7 +94,10 @@ def format_text(report: dict[str, Any]) -> str:
         _ratio_line("parameters", report["parameters"]),
         _ratio_line("MACs", report["macs"]),
         f"{metric['name']}: before {_num(metric['before'])}, after pruning "
-        f"{_num(metric['after_pruning'])}, after distillation {_num(metric['after_distillation'])}",
+        f"{_num(metric['after_pruning'])}"
+        + (f", after 2:4 {_num(metric['after_semi_structured'])}"
+           if metric["after_semi_structured"] is not None else "")
+        + f", after distillation {_num(metric['after_distillation'])}",
     ]
     for label, row in lat.items():
         lines.append(f"onnxruntime {label}: p50 {row['p50_ms']:.3f} ms, p99 {row['p99_ms']:.3f} ms")
