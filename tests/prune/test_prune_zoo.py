@@ -54,3 +54,16 @@ def test_minilm_loses_heads_and_ffn_channels_and_still_exports(tmp_path: Path) -
     feeds = get_entry("minilm").example_inputs(2)
     out = ort.InferenceSession(data["files"]["onnx"]).run(None, feeds)[0]
     assert out.shape == (2, 384)
+
+
+def test_prune_for_tune_returns_the_onnx_and_the_entrys_metric(tmp_path: Path) -> None:
+    from turboinfer.prune import DistillSettings, PruneSettings, prune_for_tune
+    from turboinfer.prune.measure import LatencySettings
+
+    pruned = prune_for_tune("builtin:digits-cnn",
+                            PruneSettings(distill=DistillSettings(epochs=1)), tmp_path,
+                            latency=LatencySettings(rounds=1, seconds_per_round=0.0))
+    assert pruned.onnx_path.is_file() and pruned.report_path.is_file()
+    assert pruned.metric_name == "accuracy"
+    assert pruned.metric is not None and pruned.metric_before is not None
+    assert pruned.metric > 90 and pruned.metric_before > 95
