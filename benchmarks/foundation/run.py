@@ -1,6 +1,6 @@
 """Engines side by side on builtin:resnet18 (FP32), in one run, with the machine.
 
-    python benchmarks/foundation/run.py [--rounds 3]
+    python benchmarks/foundation/run.py [--rounds 3] [--threads N]
 
 Runs ``turboinfer bench`` ``--rounds`` times, interleaving the engines within each round
 so that background noise falls on all of them alike, and keeps the median p50 per
@@ -21,10 +21,11 @@ ENGINES = ("onnxruntime", "openvino", "torch")
 BATCHES = "1,8"
 
 
-def bench_once(engine: str) -> dict:
+def bench_once(engine: str, threads: int) -> dict:
     out = subprocess.run(
         [sys.executable, "-m", "turboinfer", "bench", "builtin:resnet18", "--engines", engine,
-         "--batch-sizes", BATCHES, "--min-runs", "20", "--min-seconds", "3", "--json"],
+         "--batch-sizes", BATCHES, "--min-runs", "20", "--min-seconds", "3",
+         "--threads", str(threads), "--json"],
         check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
@@ -32,12 +33,13 @@ def bench_once(engine: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: default)")
     args = parser.parse_args()
     rows: dict[tuple[str, int], list[dict]] = {}
     machine: dict = {}
     for _ in range(args.rounds):
         for engine in ENGINES:
-            report = bench_once(engine)
+            report = bench_once(engine, args.threads)
             machine = report["machine"]
             for row in report["results"]:
                 rows.setdefault((row["engine"], row["batch_size"]), []).append(row)
@@ -55,9 +57,10 @@ def main() -> None:
         for r in summary:
             if r["batch_size"] == batch:
                 r["p50_vs_onnxruntime"] = r["p50_ms"] / ort["p50_ms"]
-    result = {"model": "builtin:resnet18", "rounds": args.rounds, "machine": machine,
-              "results": summary}
-    (Path(__file__).parent / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    result = {"model": "builtin:resnet18", "rounds": args.rounds, "threads": args.threads,
+              "machine": machine, "results": summary}
+    name = f"results-threads{args.threads}.json" if args.threads else "results.json"
+    (Path(__file__).parent / name).write_text(json.dumps(result, indent=2) + "\n")
     print("| engine | batch | p50 ms | p99 ms | samples/s | p50 / ORT p50 | peak RSS MB |")
     print("|---|---|---|---|---|---|---|")
     for r in summary:
