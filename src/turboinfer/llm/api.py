@@ -71,20 +71,21 @@ class LLM:
                                           ngram_size=ngram or base.ngram_size)
         if draft is not None and self.config.ngram_size:
             raise InvalidInputError("choose one of a draft model and n-gram drafting")
-        self.model = self._load(folder)
+        self.model = self._load(folder, self.config.quant)
         mc = self.model.config
         self.tokenizer = Tokenizer.from_folder(folder, eos_token_ids=mc.eos_token_ids,
                                                bos_token_id=mc.bos_token_id)
-        draft_model = self._load(Path(draft)) if draft is not None else None
+        draft_model = (self._load(Path(draft), self.config.draft_quant) if draft is not None
+                       else None)
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
         self.engine = LLMEngine(self.model, self.config, tokenizer=self.tokenizer,
                                 draft=draft_model)
 
-    def _load(self, folder: Path) -> LlamaModel:
+    def _load(self, folder: Path, quant: QuantMode) -> LlamaModel:
         model = load_model(folder)
-        if self.config.quant is not QuantMode.NONE:
-            quantize_model(model, self.config.quant, group_size=self.config.quant_group_size)
+        if quant is not QuantMode.NONE:
+            quantize_model(model, quant, group_size=self.config.quant_group_size)
         else:
             pack_linear_layers(model, self.config.packed_batch_hint)
         return model

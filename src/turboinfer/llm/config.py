@@ -122,7 +122,11 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     quant: QuantMode = QuantMode.NONE
     quant_group_size: int = 32
-    num_speculative_tokens: int = 4
+    num_speculative_tokens: int = 2
+    # The draft's weights. Its proposals only need to agree with the target, which
+    # verifies every token, so int8 costs no exactness and cuts the draft's step time
+    # (demo draft, 1 thread: 0.72 -> 0.55 ms).
+    draft_quant: QuantMode = QuantMode.INT8
     ngram_size: int = 0
     max_model_len: int = 0
     num_threads: int = 0
