@@ -32,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="intra-op thread counts to try (default 1 and all usable cores)")
     parser.add_argument("--calib-data", type=Path, help=".npz or folder of .npy")
     parser.add_argument("--calib-count", type=positive_int)
+    parser.add_argument("--prune", type=float, metavar="S",
+                        help="also try the model pruned to sparsity S in (0, 1) (built-ins "
+                             "only), under the same accuracy budget")
+    parser.add_argument("--prune-epochs", type=positive_int, metavar="N",
+                        help="distillation epochs after pruning (default: the pruner's)")
     parser.add_argument("--name", help="entry name in the repository (default: model name)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -46,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
                   variants=args.variants, calib_data=args.calib_data,
                   calib_count=args.calib_count, batch_sizes=args.batch_sizes,
                   threads=args.threads, name=args.name,
+                  prune=args.prune, prune_epochs=args.prune_epochs,
                   progress=None if args.json or not sys.stderr.isatty() else show_progress)
     if not args.json and sys.stderr.isatty():
         print("\r\033[K", end="", file=sys.stderr)

@@ -81,14 +81,21 @@ def tune(
     batch_sizes: Sequence[int] | None = None,
     threads: Sequence[int] | None = None,
     name: str | None = None,
+    prune: float | None = None,
+    prune_epochs: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Any:
     """Find the highest-throughput configuration of ``model`` whose p99 meets
     ``slo_p99_ms`` and whose metric stays within ``max_accuracy_drop`` of FP32; write it
     to ``repo/<name>/`` (config.yaml and 1/model.onnx). Returns the ``TuneReport``; its
     report.json and report.html are in ``repo/<name>/tune/``.
+
+    ``prune`` (a sparsity in (0, 1), built-in models only) adds the pruned model and its
+    quantized variants as candidates, judged against the unpruned FP32 metric;
+    ``prune_epochs`` sets its distillation epochs.
     """
     from turboinfer.optimize.pipeline import settings_from
+    from turboinfer.optimize.tune_prune import PruneRequest
     from turboinfer.optimize.tuning import TuneSettings, run_tune
 
     parsed = settings_from(variants, calib_data=calib_data, calib_count=calib_count,
@@ -103,6 +110,8 @@ def tune(
                        ("threads", threads)):
         if value is not None:
             values[key] = tuple(value)
+    if prune is not None:
+        values["prune"] = PruneRequest(float(prune), prune_epochs)
     return run_tune(model, Path(repo), TuneSettings(**values), progress)
 
 

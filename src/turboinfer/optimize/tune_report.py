@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ class TuneReport:
     optimize: OptimizeReport
     work: Path
     elapsed_s: float
+    pruning: Mapping[str, Any] | None = None  # the prune summary and its optimize report
 
     @property
     def best(self) -> Measured | None:
@@ -40,7 +42,11 @@ class TuneReport:
 
     @property
     def notes(self) -> list[str]:
+        from turboinfer.optimize.tune_prune import prune_note
+
         notes = list(self.optimize.notes)
+        if self.pruning is not None:
+            notes.append(prune_note(self.pruning))
         best = self.best
         if best is None:
             notes.append("no servable candidate ran: nothing was written")
@@ -61,6 +67,7 @@ class TuneReport:
             "entry": str(self.entry) if self.entry else None,
             "candidates": [m.to_dict() for m in self.candidates],
             "optimize": self.optimize.to_dict(),
+            "pruning": dict(self.pruning) if self.pruning is not None else None,
             "notes": self.notes,
             "elapsed_s": round(self.elapsed_s, 1),
             "machine": dict(self.optimize.machine),

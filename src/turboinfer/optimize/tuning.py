@@ -34,6 +34,12 @@ from turboinfer.optimize.settings import (
     OptimizeSettings,
     Variant,
 )
+from turboinfer.optimize.tune_prune import (
+    PrunedVariants,
+    PruneRequest,
+    build_pruned,
+    check_prunable,
+)
 from turboinfer.optimize.tune_report import TuneReport, write_entry_for
 
 Progress = Callable[[str], None]
@@ -54,6 +60,7 @@ class TuneSettings:
     min_runs: int = 10
     min_seconds: float = 0.25
     name: str | None = None  # repository entry name; default: the model's name
+    prune: PruneRequest | None = None  # also try a pruned model, under the same budget
 
     def __post_init__(self) -> None:
         if self.slo_p99_ms <= 0:
@@ -71,23 +78,46 @@ def run_tune(model: Any, repo: Path, settings: TuneSettings,
     say = progress or (lambda message: None)
     started = time.perf_counter()
     resolved = resolve(model)
+    if settings.prune is not None:
+        check_prunable(resolved)
     name = settings.name or resolved.name.replace("/", "-")
     work = ensure_writable(Path(repo) / name / "tune")
     say("building variants")
     report = run_optimize(resolved, work / "variants", _optimize_settings(settings), say)
-    candidates = list(_candidates(report, resolved, settings))
-    measured = []
-    for index, candidate in enumerate(candidates, 1):
-        say(f"[{index}/{len(candidates)}] {candidate.label}")
-        measured.append(_measure(candidate, resolved, report, settings))
+    sources: list[tuple[OptimizeReport, Any]] = [(report, resolved)]
+    pruned = _pruned(resolved, report, work, settings, say)
+    if pruned is not None:
+        sources.append((pruned.report, pruned.resolved))
+    measured = _measure_all(sources, report, settings, say)
     chosen = _choose(measured)
     entry = write_entry_for(Path(repo), name, measured[chosen]) if chosen is not None else None
     tuned = TuneReport(model=resolved.name, name=name, settings=settings,
                        candidates=tuple(measured), chosen=chosen, entry=entry,
                        optimize=report, work=work,
-                       elapsed_s=time.perf_counter() - started)
+                       elapsed_s=time.perf_counter() - started,
+                       pruning=None if pruned is None else pruned.to_dict())
     tuned.write()
     return tuned
+
+
+def _pruned(resolved: Any, report: OptimizeReport, work: Path, settings: TuneSettings,
+            say: Progress) -> PrunedVariants | None:
+    if settings.prune is None:
+        return None
+    return build_pruned(resolved, report, work, settings.prune, _optimize_settings(settings),
+                        say)
+
+
+def _measure_all(sources: list[tuple[OptimizeReport, Any]], reference: OptimizeReport,
+                 settings: TuneSettings, say: Progress) -> list[Measured]:
+    """Every candidate of every source model, judged on engines against ``reference``."""
+    planned = [(c, source) for report, source in sources
+               for c in _candidates(report, source, settings)]
+    measured = []
+    for index, (candidate, source) in enumerate(planned, 1):
+        say(f"[{index}/{len(planned)}] {candidate.label}")
+        measured.append(_measure(candidate, source, reference, settings))
+    return measured
 
 
 def _optimize_settings(settings: TuneSettings) -> OptimizeSettings:
