@@ -117,25 +117,55 @@ def train(shape: dict[str, int], tokens: torch.Tensor, steps: int, seed: int,
     return model.eval()
 
 
-def distil(target: torch.nn.Module, tokens: torch.Tensor, steps: int, seed: int,
-           batch: int = 16, lr: float = 2e-3) -> torch.nn.Module:
-    """Train the draft on the target's next-token distributions (forward KL), so it
-    learns to agree with the target rather than with the corpus: speculative decoding
-    gains only from proposals the target accepts."""
+def corpus_windows(tokens: torch.Tensor, count: int, seed: int) -> torch.Tensor:
+    """``count`` random training windows of SEQ tokens: [count, SEQ]."""
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(tokens) - SEQ - 1, (count,), generator=gen)
+    return torch.stack([tokens[i:i + SEQ] for i in starts.tolist()])
+
+
+@torch.no_grad()
+def greedy_continuations(target: torch.nn.Module, prompts: torch.Tensor,
+                         batch: int = 64) -> torch.Tensor:
+    """Extend each prompt [N, P] to SEQ tokens with the target's greedy choices.
+
+    Speculative decoding drafts on the target's own output, which is more repetitive
+    than the corpus; distilling on that text is what raises acceptance at decode time.
+    """
+    rows = []
+    for chunk in prompts.split(batch):
+        out = target(input_ids=chunk, use_cache=True)
+        seq = [chunk]
+        for _ in range(SEQ - chunk.shape[1]):
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            seq.append(nxt)
+            out = target(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+        rows.append(torch.cat(seq, dim=1))
+    return torch.cat(rows)
+
+
+def warm_start_draft(target: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """A draft holding the target's embeddings (tied LM head), first layer and final norm."""
     torch.manual_seed(seed)
     draft = hf_model(DRAFT)
-    # Warm start: the target's embeddings (tied LM head), first layer and final norm.
     own = draft.state_dict()
     draft.load_state_dict({k: v for k, v in target.state_dict().items() if k in own
                            and v.shape == own[k].shape}, strict=False)
+    return draft
+
+
+def distil(target: torch.nn.Module, windows: torch.Tensor, seed: int,
+           batch: int = 16, lr: float = 2e-3) -> torch.nn.Module:
+    """Train the draft on the target's next-token distributions (forward KL) over
+    ``windows`` [steps * batch, SEQ], in order, so it learns to agree with the target
+    rather than with the corpus: speculative decoding gains only from accepted drafts."""
+    draft = warm_start_draft(target, seed)
     target.eval().requires_grad_(False)
     opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
-    gen = torch.Generator().manual_seed(seed)
-    starts = torch.randint(0, len(tokens) - SEQ - 1, (10**6,), generator=gen)
+    steps = len(windows) // batch
     begin = time.perf_counter()
     for step in range(steps):
-        idx = starts[step * batch:(step + 1) * batch]
-        x = torch.stack([tokens[i:i + SEQ] for i in idx.tolist()])
+        x = windows[step * batch:(step + 1) * batch]
         for g in opt.param_groups:
             g["lr"] = lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / steps))
         with torch.no_grad():
@@ -155,6 +185,17 @@ def distil(target: torch.nn.Module, tokens: torch.Tensor, steps: int, seed: int,
     return draft.eval()
 
 
+def draft_windows(target: torch.nn.Module, tokens: torch.Tensor, corpus_steps: int,
+                  greedy_steps: int, batch: int = 16) -> torch.Tensor:
+    """Corpus windows first, then the target's greedy continuations of corpus prompts."""
+    corpus = corpus_windows(tokens, corpus_steps * batch, seed=1)
+    prompts = corpus_windows(tokens, greedy_steps * batch, seed=2)[:, :32]
+    start = time.perf_counter()
+    greedy = greedy_continuations(target, prompts)
+    print(f"  {len(greedy)} greedy continuations in {time.perf_counter() - start:.0f} s")
+    return torch.cat([corpus, greedy])
+
+
 def export(hf: torch.nn.Module, shape: dict[str, int], tok: Tokenizer, folder: Path) -> None:
     from turboinfer.llm.loader import hf_to_fused
 
@@ -169,7 +210,10 @@ def export(hf: torch.nn.Module, shape: dict[str, int], tok: Tokenizer, folder: P
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps-target", type=int, default=1200)
-    parser.add_argument("--steps-draft", type=int, default=400)
+    parser.add_argument("--steps-draft", type=int, default=300,
+                        help="distillation steps on corpus text")
+    parser.add_argument("--steps-draft-greedy", type=int, default=150,
+                        help="distillation steps on the target's greedy continuations")
     parser.add_argument("--draft-only", action="store_true",
                         help="keep the committed model and tokenizer; distil a new draft")
     args = parser.parse_args()
@@ -198,7 +242,8 @@ def main() -> None:
         # Distil from the weights as shipped (fp16), the model the engine will verify with.
         target = load_hf(OUT / "model")
     print("distilling draft")
-    export(distil(target, tokens, args.steps_draft, 1), DRAFT, tok, OUT / "draft")
+    windows = draft_windows(target, tokens, args.steps_draft, args.steps_draft_greedy)
+    export(distil(target, windows, seed=1), DRAFT, tok, OUT / "draft")
 
 
 if __name__ == "__main__":
