@@ -1,14 +1,15 @@
 """Train the demo model and its draft on the Python standard library's docstrings.
 
 Deterministic (fixed seeds, sorted files, fixed step counts, one thread): about 12
-minutes for the model and 5 for the draft on one core of the recording machine. The
+minutes for the model and 7 for the draft on one core of the recording machine. The
 draft is distilled from the shipped model (KL to its next-token distributions), starting
 from its embeddings and first layer; ``--draft-only`` redoes just that stage.
 Writes Hugging Face-format folders (fp16 weights, tokenizer.json) to
 ``src/turboinfer/llm/demo/{model,draft}`` plus ``heldout.txt``, the text the
 perplexity checks use. Needs ``transformers`` (a development dependency).
 
-    python scripts/train_demo_llm.py [--steps-target 1200] [--steps-draft 400] [--draft-only]
+    python scripts/train_demo_llm.py [--steps-target 1200] [--steps-draft 200]
+    [--steps-draft-greedy 300] [--draft-only]
 """
 
 from __future__ import annotations
@@ -210,9 +211,9 @@ def export(hf: torch.nn.Module, shape: dict[str, int], tok: Tokenizer, folder: P
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps-target", type=int, default=1200)
-    parser.add_argument("--steps-draft", type=int, default=300,
+    parser.add_argument("--steps-draft", type=int, default=200,
                         help="distillation steps on corpus text")
-    parser.add_argument("--steps-draft-greedy", type=int, default=150,
+    parser.add_argument("--steps-draft-greedy", type=int, default=300,
                         help="distillation steps on the target's greedy continuations")
     parser.add_argument("--draft-only", action="store_true",
                         help="keep the committed model and tokenizer; distil a new draft")
