@@ -102,8 +102,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     flat_table = batch.block_tables.view(-1)
     keys = k_cache.index_select(0, flat_table).view(num_seqs, -1, num_kv_heads, head_dim)
     values = v_cache.index_select(0, flat_table).view(num_seqs, -1, num_kv_heads, head_dim)
-    if batch.max_query_len == 1:
-        queries = q.view(num_seqs, 1, *q.shape[1:])                 # [B, 1, H, D]
+    # One sequence (single-stream speculative verification) or one token per sequence
+    # (decode): the packed tokens already have the [B, Qmax] layout, no scatter needed.
+    no_scatter = batch.max_query_len == 1 or num_seqs == 1
+    if no_scatter:
+        queries = q.view(num_seqs, -1, *q.shape[1:])                # [B, Qmax, H, D]
     else:
         queries = q.new_zeros(num_seqs, batch.max_query_len, *q.shape[1:])
         queries[batch.seq_index, batch.query_offset] = q            # [B, Qmax, H, D]
@@ -111,7 +114,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
         attn_mask=batch.mask, scale=scale, enable_gqa=num_kv_heads != q.shape[1],
     ).transpose(1, 2)                                               # [B, Qmax, H, D]
-    if batch.max_query_len == 1:
+    if no_scatter:
         return out.reshape(q.shape)
     return out[batch.seq_index, batch.query_offset]
 
