@@ -29,8 +29,11 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                            "shipped draft)")
     spec.add_argument("--ngram", type=positive_int, default=0, metavar="K",
                       help="draft-free speculative decoding with prompt-lookup n-grams up to K")
-    parser.add_argument("--num-speculative", type=positive_int, default=4,
-                        help="tokens proposed per step when speculating (default 4)")
+    # The same default as EngineConfig.num_speculative_tokens (not imported here: that
+    # would load torch for every `turboinfer --help`).
+    parser.add_argument("--num-speculative", type=positive_int, default=5,
+                        help="tokens proposed per step when speculating (default 5, "
+                             "measured best for the demo draft)")
     parser.add_argument("--quant", choices=["none", "int8", "int4"], default="none",
                         help="weight-only quantization of the linear layers")
     parser.add_argument("--group-size", type=int, choices=[32, 64, 128, 256], default=32,
