@@ -1,7 +1,7 @@
 """Train the demo model and its draft on the Python standard library's docstrings.
 
 Deterministic (fixed seeds, sorted files, fixed step counts, one thread): about 12
-minutes for the model and 7 for the draft on one core of the recording machine. The
+minutes for the model and 12 for the draft on one core of the recording machine. The
 draft is distilled from the shipped model (KL to its next-token distributions), starting
 from its embeddings and first layer; ``--draft-only`` redoes just that stage.
 Writes Hugging Face-format folders (fp16 weights, tokenizer.json) to
@@ -9,7 +9,7 @@ Writes Hugging Face-format folders (fp16 weights, tokenizer.json) to
 perplexity checks use. Needs ``transformers`` (a development dependency).
 
     python scripts/train_demo_llm.py [--steps-target 1200] [--steps-draft 200]
-    [--steps-draft-greedy 300] [--draft-only]
+    [--steps-draft-greedy 600] [--draft-only]
 """
 
 from __future__ import annotations
@@ -193,7 +193,8 @@ def draft_windows(target: torch.nn.Module, tokens: torch.Tensor, corpus_steps: i
     prompts = corpus_windows(tokens, greedy_steps * batch, seed=2)[:, :32]
     start = time.perf_counter()
     greedy = greedy_continuations(target, prompts)
-    print(f"  {len(greedy)} greedy continuations in {time.perf_counter() - start:.0f} s")
+    print(f"  {len(greedy)} greedy continuations in {time.perf_counter() - start:.0f} s",
+          flush=True)
     return torch.cat([corpus, greedy])
 
 
@@ -213,7 +214,7 @@ def main() -> None:
     parser.add_argument("--steps-target", type=int, default=1200)
     parser.add_argument("--steps-draft", type=int, default=200,
                         help="distillation steps on corpus text")
-    parser.add_argument("--steps-draft-greedy", type=int, default=300,
+    parser.add_argument("--steps-draft-greedy", type=int, default=600,
                         help="distillation steps on the target's greedy continuations")
     parser.add_argument("--draft-only", action="store_true",
                         help="keep the committed model and tokenizer; distil a new draft")
