@@ -86,6 +86,22 @@ class Session(Protocol):
     def run(self, feeds: Feeds) -> dict[str, np.ndarray]: ...
 
 
+class SpecsSession:
+    """Holds a session's input and output specs; adapters subclass it and add ``run``."""
+
+    def __init__(self, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
+        self._inputs = inputs
+        self._outputs = outputs
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return self._outputs
+
+
 class Engine(Protocol):
     """A factory of sessions. ``name`` is the registry key."""
 

@@ -11,6 +11,7 @@ from turboinfer.engines.base import (
     Feeds,
     GraphOptimization,
     ModelArtifact,
+    SpecsSession,
     TensorSpec,
     check_feeds,
 )
@@ -80,22 +81,14 @@ def _spec(arg: ort.NodeArg) -> TensorSpec:
     return TensorSpec(arg.name, dtype, tuple(arg.shape))
 
 
-class OrtSession:
+class OrtSession(SpecsSession):
     """A wrapped ``InferenceSession``. ``run`` adds no work on the success path."""
 
     def __init__(self, session: ort.InferenceSession) -> None:
+        super().__init__([_spec(arg) for arg in session.get_inputs()],
+                         [_spec(arg) for arg in session.get_outputs()])
         self.session = session
-        self._inputs = [_spec(arg) for arg in session.get_inputs()]
-        self._outputs = [_spec(arg) for arg in session.get_outputs()]
         self._output_names = [spec.name for spec in self._outputs]
-
-    @property
-    def inputs(self) -> list[TensorSpec]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[TensorSpec]:
-        return self._outputs
 
     @property
     def providers(self) -> list[str]:

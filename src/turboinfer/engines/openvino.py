@@ -11,6 +11,7 @@ from turboinfer.engines.base import (
     EngineSettings,
     Feeds,
     ModelArtifact,
+    SpecsSession,
     TensorSpec,
     check_feeds,
 )
@@ -25,21 +26,13 @@ def _spec(port: Any) -> TensorSpec:
     return TensorSpec(port.get_any_name(), dtype, shape)
 
 
-class OpenVinoSession:
+class OpenVinoSession(SpecsSession):
     def __init__(self, compiled: Any) -> None:
+        super().__init__([_spec(port) for port in compiled.inputs],
+                         [_spec(port) for port in compiled.outputs])
         self.compiled = compiled
         self.request = compiled.create_infer_request()
-        self._inputs = [_spec(port) for port in compiled.inputs]
-        self._outputs = [_spec(port) for port in compiled.outputs]
         self._output_ports = list(compiled.outputs)
-
-    @property
-    def inputs(self) -> list[TensorSpec]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[TensorSpec]:
-        return self._outputs
 
     def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
         # OpenVINO converts mismatched dtypes silently; the other engines refuse them.

@@ -17,6 +17,7 @@ from turboinfer.engines.base import (
     EngineSettings,
     Feeds,
     ModelArtifact,
+    SpecsSession,
     TensorSpec,
     check_feeds,
 )
@@ -47,21 +48,12 @@ def _specs(values: Any) -> list[TensorSpec]:
     return specs
 
 
-class TorchSession:
+class TorchSession(SpecsSession):
     def __init__(self, module: torch.nn.Module, inputs: list[TensorSpec],
                  outputs: list[TensorSpec], device: torch.device) -> None:
+        super().__init__(inputs, outputs)
         self.module = module
         self.device = device
-        self._inputs = inputs
-        self._outputs = outputs
-
-    @property
-    def inputs(self) -> list[TensorSpec]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[TensorSpec]:
-        return self._outputs
 
     def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
         try:
