@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 
 from turboinfer.engines import EngineSettings, load_session
+from turboinfer.hardware import profile
 from turboinfer.models import resolve_model
 from turboinfer.serve.config import DynamicBatching, ModelConfig, write_entry
 from turboinfer.serve.instances import available_cores
@@ -314,14 +315,7 @@ def batching(args: argparse.Namespace) -> dict[str, object]:
 
 
 def machine() -> dict[str, object]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = profile(engines=False, gpus=False).cpu.model_name or platform.processor()
     return {"cpu": cpu, "cores": available_cores(), "python": platform.python_version(),
             "load_average_1m": os.getloadavg()[0]}
 

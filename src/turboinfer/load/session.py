@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 import platform
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -160,22 +159,13 @@ def error_verdict(report: LoadReport, max_error_rate: float) -> str:
 
 def machine() -> dict[str, Any]:
     """Enough to tell two machines apart in a recorded result."""
-    import psutil
+    from turboinfer.hardware import profile
 
+    hw = profile(engines=False, gpus=False)
     return {
-        "cpu": _cpu_model() or platform.processor() or platform.machine(),
-        "logical_cores": os.cpu_count(),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu": hw.cpu.model_name or platform.processor() or platform.machine(),
+        "logical_cores": hw.cpu.logical_cores,
+        "memory_gb": round(hw.memory.total_bytes / 2**30, 1),
         "python": platform.python_version(),
         "system": f"{platform.system()} {platform.release()}",
     }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""

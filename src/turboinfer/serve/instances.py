@@ -10,7 +10,6 @@ batch would be slower than with one instance.
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
 import threading
 from dataclasses import dataclass, field, replace
@@ -21,10 +20,10 @@ from turboinfer.engines import EngineSettings, ModelArtifact, Session, load_sess
 
 
 def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    """Cores this process may use: the hardware profile's affinity and cgroup-quota view."""
+    from turboinfer.hardware import profile
+
+    return profile(engines=False, gpus=False).cpu.usable_cores
 
 
 def split_threads(instances: int, cores: int) -> int:
