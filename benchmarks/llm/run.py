@@ -255,7 +255,7 @@ def main() -> None:
     # One thread: on the shared recording machine two OpenMP threads made every op wait
     # for a descheduled worker (6x slower per decode step than one thread).
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--k", type=int, default=5, help="speculative tokens per step")
+    parser.add_argument("--k", type=int, default=6, help="speculative tokens per step")
     parser.add_argument("--ppl-tokens", type=int, default=8192)
     parser.add_argument("--tables", action="store_true",
                         help="print the README tables from results.json and exit")

@@ -152,15 +152,15 @@ def test_bad_sampling_params(kwargs: dict[str, float], message: str) -> None:
         SamplingParams(**kwargs)  # type: ignore[arg-type]
 
 
-def test_mkl_packed_linears_give_identical_greedy_output(tiny_llama_dir: Path) -> None:
-    from turboinfer.llm.kernels import mkl_packing_available, pack_linear_layers
+@pytest.mark.parametrize("batch_hint", [0, 16])
+def test_fast_linears_give_identical_greedy_output(tiny_llama_dir: Path, batch_hint: int) -> None:
+    from turboinfer.llm.kernels import FastLinear, pack_linear_layers
 
-    if not mkl_packing_available():
-        pytest.skip("torch built without MKL")
     model = load_model(tiny_llama_dir)
-    assert pack_linear_layers(model, 16) == 2 * 4 + 1
+    assert pack_linear_layers(model, batch_hint) == 2 * 4 + 1
+    assert all(isinstance(m, FastLinear) for m in (model.lm_head, model.layers[0].mlp.down_proj))
     engine = make_engine(model, kv_cache_tokens=1024, block_size=4)
-    packed = run(engine, PROMPTS[:3])
+    fast = run(engine, PROMPTS[:3])
     plain = make_engine(load_model(tiny_llama_dir), kv_cache_tokens=1024, block_size=4)
-    assert [s.output_token_ids for s in packed] == [
+    assert [s.output_token_ids for s in fast] == [
         s.output_token_ids for s in run(plain, PROMPTS[:3])]

@@ -31,8 +31,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                       help="draft-free speculative decoding with prompt-lookup n-grams up to K")
     # The same default as EngineConfig.num_speculative_tokens (not imported here: that
     # would load torch for every `turboinfer --help`).
-    parser.add_argument("--num-speculative", type=positive_int, default=5,
-                        help="tokens proposed per step when speculating (default 5, "
+    parser.add_argument("--num-speculative", type=positive_int, default=6,
+                        help="tokens proposed per step when speculating (default 6, "
                              "measured best for the demo draft)")
     parser.add_argument("--quant", choices=["none", "int8", "int4"], default="none",
                         help="weight-only quantization of the linear layers")

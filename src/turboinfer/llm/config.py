@@ -122,9 +122,9 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     quant: QuantMode = QuantMode.NONE
     quant_group_size: int = 32
-    # Best measured for the demo model and draft (acceptance 0.71 per drafted token);
+    # Best measured for the demo model and draft (k=4..8 back to back, 1 thread);
     # see benchmarks/llm/README.md.
-    num_speculative_tokens: int = 5
+    num_speculative_tokens: int = 6
     # The draft's weights. Its proposals only need to agree with the target, which
     # verifies every token, so quantization costs no exactness and cuts the draft's step
     # time (demo draft, 1 thread: fp32 0.72, int8 0.46, int4 0.39-0.44 ms) with the same
@@ -133,7 +133,8 @@ class EngineConfig:
     ngram_size: int = 0
     max_model_len: int = 0
     num_threads: int = 0
-    # Batch size MKL packs fp32 weights for (0: plain F.linear). See llm/kernels.py.
+    # Batch size MKL packs fp32 weights for (0: none; weights are still stored
+    # transposed). See llm/kernels.py.
     packed_batch_hint: int = 16
 
     def __post_init__(self) -> None:
