@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -142,10 +143,14 @@ def single_stream(llm: LLM, prompt: str | list[int],
                   gen_len: int) -> tuple[float, list[int]]:
     """(output tokens per CPU second, the tokens) for one greedy request."""
     params = SamplingParams(max_tokens=gen_len, temperature=0, ignore_eos=True)
-    llm.generate(prompt, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
     start = time.process_time()
     out = llm.generate(prompt, params)[0]
     return len(out.token_ids) / (time.process_time() - start), list(out.token_ids)
+
+
+def warm(llm: LLM) -> LLM:
+    llm.generate(DEMO_PROMPTS[0], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+    return llm
 
 
 DEMO_PROMPTS = ["Return a new list containing", "The default value of the timeout",
@@ -153,53 +158,75 @@ DEMO_PROMPTS = ["Return a new list containing", "The default value of the timeou
 
 
 def speculative(args: argparse.Namespace) -> dict[str, object]:
+    """Plain and speculative decoding of the same prompts, interleaved round by round so
+    both see the same machine; the speed-up is the median of the per-round ratios."""
+    plain = warm(LLM())
+    variants = {"draft": warm(LLM(draft=demo_model_dir("draft"),
+                                  config=EngineConfig(num_speculative_tokens=args.k))),
+                "ngram": warm(LLM(ngram=3, config=EngineConfig(num_speculative_tokens=args.k)))}
+    ratios: dict[str, list[float]] = {name: [] for name in variants}
+    tps: dict[str, list[float]] = {name: [] for name in ["plain", *variants]}
+    identical = dict.fromkeys(variants, True)
+    for _ in range(args.spec_rounds):
+        base = [single_stream(plain, prompt, args.gen_len) for prompt in DEMO_PROMPTS]
+        base_tps = statistics.mean(t for t, _ in base)
+        tps["plain"].append(base_tps)
+        for name, llm in variants.items():
+            runs = [single_stream(llm, prompt, args.gen_len) for prompt in DEMO_PROMPTS]
+            identical[name] &= [toks for _, toks in runs] == [toks for _, toks in base]
+            tps[name].append(statistics.mean(t for t, _ in runs))
+            ratios[name].append(tps[name][-1] / base_tps)
     res: dict[str, object] = {}
-    plain = LLM()
-    variants = {"draft": LLM(draft=demo_model_dir("draft"),
-                             config=EngineConfig(num_speculative_tokens=args.k)),
-                "ngram": LLM(ngram=3, config=EngineConfig(num_speculative_tokens=args.k))}
     for name, llm in variants.items():
-        speeds, identical = [], True
-        for prompt in DEMO_PROMPTS:
-            base_tps, base = single_stream(plain, prompt, args.gen_len)
-            tps, toks = single_stream(llm, prompt, args.gen_len)
-            identical &= toks == base
-            speeds.append((base_tps, tps))
         s = llm.engine.spec_stats
-        res[name] = {"plain_tps": sum(b for b, _ in speeds) / len(speeds),
-                     "spec_tps": sum(t for _, t in speeds) / len(speeds),
-                     "speedup": sum(t for _, t in speeds) / sum(b for b, _ in speeds),
-                     "identical_greedy_output": identical,
+        res[name] = {"plain_tps": statistics.median(tps["plain"]),
+                     "spec_tps": statistics.median(tps[name]),
+                     "speedup": statistics.median(ratios[name]),
+                     "speedup_min": min(ratios[name]), "speedup_max": max(ratios[name]),
+                     "rounds": args.spec_rounds,
+                     "identical_greedy_output": identical[name],
                      "acceptance_rate": s.acceptance_rate,
                      "tokens_per_target_forward": s.tokens_per_forward,
                      "k": args.k}
     return res
 
 
+MODES = ("none", "int8", "int4")
+
+
+def interleaved_tps(llms: dict[str, LLM], prompt: str | list[int], gen_len: int,
+                    rounds: int) -> dict[str, float]:
+    """Median single-stream tokens per CPU second of each engine, run round by round."""
+    seen: dict[str, list[float]] = {name: [] for name in llms}
+    for _ in range(rounds):
+        for name, llm in llms.items():
+            seen[name].append(single_stream(llm, prompt, gen_len)[0])
+    return {name: statistics.median(v) for name, v in seen.items()}
+
+
 def quant(args: argparse.Namespace) -> dict[str, object]:
-    res: dict[str, object] = {}
+    res: dict[str, dict[str, object]] = {}
     folder = demo_model_dir()
     tok = Tokenizer.from_folder(folder)
     heldout = tok.encode((folder.parent / "heldout.txt").read_text())[:args.ppl_tokens]
-    base_model = load_model(folder)
-    base_ppl = perplexity(base_model, heldout)
-    for mode in ("none", "int8", "int4"):
-        entry: dict[str, object] = {}
+    base_ppl = perplexity(load_model(folder), heldout)
+    for mode in MODES:
         model = load_model(folder)
         quantize_model(model, QuantMode(mode), group_size=32)
         ppl = perplexity(model, heldout)
-        entry["perplexity"] = ppl
-        entry["perplexity_increase_pct"] = 100 * (ppl / base_ppl - 1)
-        entry["demo_tps"] = single_stream(LLM(quant=mode), DEMO_PROMPTS[0], args.gen_len)[0]
-        res[mode] = entry
+        res[mode] = {"perplexity": ppl, "perplexity_increase_pct": 100 * (ppl / base_ppl - 1)}
+    demo = interleaved_tps({m: warm(LLM(quant=m)) for m in MODES}, DEMO_PROMPTS[0],
+                           args.gen_len, args.spec_rounds)
+    for mode in MODES:
+        res[mode]["demo_tps"] = demo[mode]
     if "throughput" in args.sections or (WORK / "llama-110m").exists():
         folder110 = build_110m(WORK / "llama-110m")
-        for mode in ("none", "int8", "int4"):
-            llm = LLM(folder110, quant=mode, config=EngineConfig(kv_cache_tokens=1024))
-            res[mode]["110m_tps"] = single_stream(  # type: ignore[index]
-                llm, list(range(3, 35)), args.gen_len // 2)[0]
-            del llm
-    return res
+        llms = {m: warm(LLM(folder110, quant=m, config=EngineConfig(kv_cache_tokens=1024)))
+                for m in MODES}
+        big = interleaved_tps(llms, list(range(3, 35)), args.gen_len // 2, 3)
+        for mode in MODES:
+            res[mode]["110m_tps"] = big[mode]
+    return dict(res)
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -227,12 +254,14 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
     spec = results.get("speculative")
     if spec:
-        lines += ["| drafting | k | plain tokens/CPU-s | speculative tokens/CPU-s | speed-up | "
-                  "acceptance | tokens per target forward | identical greedy output |",
+        lines += ["| drafting | k | plain tokens/CPU-s | speculative tokens/CPU-s | "
+                  "speed-up: median (min-max) | acceptance | tokens per target forward | "
+                  "identical greedy output |",
                   "|---|---|---|---|---|---|---|---|"]
         for name, r in spec.items():
             lines.append(f"| {name} | {r['k']} | {r['plain_tps']:.1f} | {r['spec_tps']:.1f} | "
-                         f"{r['speedup']:.2f}x | {r['acceptance_rate']:.2f} | "
+                         f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}, "
+                         f"{r['rounds']} rounds) | {r['acceptance_rate']:.2f} | "
                          f"{r['tokens_per_target_forward']:.2f} | "
                          f"{r['identical_greedy_output']} |")
         lines.append("")
@@ -256,6 +285,8 @@ def main() -> None:
     # for a descheduled worker (6x slower per decode step than one thread).
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--k", type=int, default=6, help="speculative tokens per step")
+    parser.add_argument("--spec-rounds", type=int, default=7,
+                        help="interleaved rounds of the compared engines (speculative, quant)")
     parser.add_argument("--ppl-tokens", type=int, default=8192)
     parser.add_argument("--tables", action="store_true",
                         help="print the README tables from results.json and exit")
