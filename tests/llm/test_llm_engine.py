@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from llm_helpers import make_engine
 
-from turboinfer.errors import InvalidInputError
+from turboinfer.errors import ConfigError, InvalidInputError
+from turboinfer.llm.config import EngineConfig
 from turboinfer.llm.engine import LLMEngine
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
@@ -164,3 +165,13 @@ def test_fast_linears_give_identical_greedy_output(tiny_llama_dir: Path, batch_h
     plain = make_engine(load_model(tiny_llama_dir), kv_cache_tokens=1024, block_size=4)
     assert [s.output_token_ids for s in fast] == [
         s.output_token_ids for s in run(plain, PROMPTS[:3])]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"num_speculative_tokens": 0}, "num_speculative_tokens must be >= 1"),
+    ({"speculative_max_batch": 0}, "speculative_max_batch must be >= 1"),
+    ({"quant_group_size": 48}, "quant_group_size must be"),
+])
+def test_bad_engine_config(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        EngineConfig(**kwargs)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from llm_helpers import make_engine
 from test_llm_engine import GREEDY, PROMPTS, alone, run
 
 from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.sampling_params import SamplingParams
 from turboinfer.llm.speculative import NgramProposer, Proposal, rejection_sample
 
 
@@ -19,6 +20,32 @@ def test_draft_model_greedy_equals_plain_greedy(tiny_model: LlamaModel,
         assert seq.output_token_ids == alone(tiny_model, prompt)
     stats = engine.spec_stats
     assert stats.drafted > 0 and 0 <= stats.acceptance_rate <= 1
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_speculation_pauses_while_the_batch_is_large(tiny_model: LlamaModel,
+                                                     tiny_draft: LlamaModel) -> None:
+    engine = make_engine(tiny_model, kv_cache_tokens=1024, block_size=4, draft=tiny_draft,
+                         num_speculative_tokens=3, speculative_max_batch=2)
+    assert engine.proposer is not None
+    proposer, batch_sizes = engine.proposer, []
+    propose = proposer.propose
+
+    def observed(seqs, limits):  # type: ignore[no-untyped-def]
+        batch_sizes.append(len(seqs))
+        return propose(seqs, limits)
+
+    proposer.propose = observed  # type: ignore[method-assign]
+    # Different lengths: the batch shrinks as requests finish, so both modes run and the
+    # draft has to catch up on the tokens decoded plainly.
+    params = [SamplingParams(max_tokens=3 + 3 * i, temperature=0, ignore_eos=True)
+              for i in range(4)]
+    seqs = [engine.add_request(p, sp) for p, sp in zip(PROMPTS[:4], params, strict=True)]
+    while engine.has_unfinished():
+        engine.step()
+    assert batch_sizes and max(batch_sizes) <= 2
+    for prompt, sp, seq in zip(PROMPTS[:4], params, seqs, strict=True):
+        assert seq.output_token_ids == alone(tiny_model, prompt)[:sp.max_tokens]
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 

@@ -29,11 +29,14 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                            "shipped draft)")
     spec.add_argument("--ngram", type=positive_int, default=0, metavar="K",
                       help="draft-free speculative decoding with prompt-lookup n-grams up to K")
-    # The same default as EngineConfig.num_speculative_tokens (not imported here: that
-    # would load torch for every `turboinfer --help`).
+    # The same defaults as EngineConfig.num_speculative_tokens and speculative_max_batch
+    # (not imported here: that would load torch for every `turboinfer --help`).
     parser.add_argument("--num-speculative", type=positive_int, default=6,
                         help="tokens proposed per step when speculating (default 6, "
                              "measured best for the demo draft)")
+    parser.add_argument("--speculative-max-batch", type=positive_int, default=8,
+                        help="speculate only while at most this many requests decode "
+                             "together (default 8)")
     parser.add_argument("--quant", choices=["none", "int8", "int4"], default="none",
                         help="weight-only quantization of the linear layers")
     parser.add_argument("--group-size", type=int, choices=[32, 64, 128, 256], default=32,
@@ -76,6 +79,7 @@ def _build(args: argparse.Namespace) -> LLM:
 
     config = EngineConfig(block_size=args.block_size, kv_cache_tokens=args.kv_cache_tokens,
                           num_speculative_tokens=args.num_speculative,
+                          speculative_max_batch=args.speculative_max_batch,
                           num_threads=max(args.threads, 0), quant_group_size=args.group_size)
     draft = demo_model_dir("draft") if args.draft == "demo" else args.draft
     return LLM(args.model, draft=draft, ngram=args.ngram, quant=args.quant, config=config)

@@ -94,8 +94,10 @@ class LLMEngine:
                 raise InvalidInputError("a request does not fit in the KV cache")
             return []
         decodes, prefills = self._split(out)
-        updated = self._run_plain(prefills + ([] if self.proposer else decodes))
-        if self.proposer and decodes:
+        speculate = (self.proposer is not None and bool(decodes)
+                     and len(decodes) <= self.config.speculative_max_batch)
+        updated = self._run_plain(prefills + ([] if speculate else decodes))
+        if speculate:
             updated += self._run_speculative([s for s, _ in decodes])
         for seq in updated:
             if seq.is_finished:
