@@ -9,12 +9,14 @@ Embeddings: the student matches the teacher's vector in direction (cosine) and p
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 
 import torch
 from torch.nn import functional as F
 
-from turboinfer.prune.data import Batch
+from turboinfer.prune.data import Batch, batch_count
 from turboinfer.prune.importance import LossFn
 from turboinfer.prune.settings import DistillSettings, Objective
 
@@ -89,13 +91,14 @@ def tapped(model: torch.nn.Module, names: Sequence[str]) -> Iterator[list[torch.
 
 
 def feature_loss(student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Mean squared error between matching intermediate outputs, averaged over the taps.
+    """One minus the cosine between matching intermediate outputs, per position, averaged.
 
     Many values per sample (every token's hidden state, not one pooled vector) constrain
-    the student far more than the output alone, which matters when the training set is a
-    few hundred sentences.
+    the student far more than the output alone. Cosine rather than squared error: a few
+    hidden dimensions of BERT run far larger than the rest and would own a squared error.
     """
-    losses = [F.mse_loss(s, t) for s, t in zip(student, teacher, strict=True)]
+    losses = [(1.0 - F.cosine_similarity(s, t, dim=-1)).mean()
+              for s, t in zip(student, teacher, strict=True)]
     return torch.stack(losses).mean()
 
 
@@ -121,7 +124,15 @@ def distill(
     optimizer = torch.optim.AdamW(
         student.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
     )
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=settings.epochs)
+    batches = batch_count(data)
+    # Per batch when the batch count is known: one or two long epochs over a large text
+    # set would otherwise run at a constant rate.
+    steps = settings.epochs * batches if batches else settings.epochs
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(_cosine, total=steps))
+    step_lr = schedule.step if batches else None
+    # An embedding target is deterministic; dropout in the student only blurs it (on
+    # builtin:minilm held-out cosine after 400 batches: 0.869 with it, 0.883 without).
+    dropout = settings.objective is not Objective.EMBEDDING
     teacher.eval()
     history = []
     with tapped(student, taps) as s_feats, tapped(teacher, taps) as t_feats:
@@ -139,10 +150,18 @@ def distill(
             return loss
 
         for _ in range(settings.epochs):
-            history.append(_epoch(student, data, batch_loss, optimizer, after_update))
-            schedule.step()
+            on_batch = [f for f in (step_lr, after_update) if f is not None]
+            history.append(_epoch(student, data, batch_loss, optimizer, on_batch,
+                                  dropout=dropout))
+            if step_lr is None:
+                schedule.step()
     student.eval()
     return history
+
+
+def _cosine(step: int, total: int) -> float:
+    """Learning-rate factor: from 1 down a half cosine to 0 at ``total`` steps."""
+    return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / max(total, 1)))
 
 
 def _epoch(
@@ -150,17 +169,23 @@ def _epoch(
     data: Iterable[Batch],
     batch_loss: Callable[[tuple[torch.Tensor, ...], torch.Tensor | None], torch.Tensor],
     optimizer: torch.optim.Optimizer,
-    after_update: Callable[[], None] | None,
+    on_batch: Sequence[Callable[[], None]],
+    *,
+    dropout: bool,
 ) -> float:
-    """One pass over ``data``; the mean loss."""
+    """One pass over ``data``; the mean loss. ``on_batch`` runs after every update."""
     student.train()
+    if not dropout:
+        for module in student.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.eval()  # BatchNorm and the rest stay in training mode
     total, count = 0.0, 0
     for inputs, labels in data:
         loss = batch_loss(inputs, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        if after_update is not None:
-            after_update()
+        for hook in on_batch:
+            hook()
         total, count = total + loss.item(), count + 1
     return total / max(count, 1)

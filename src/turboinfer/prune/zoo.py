@@ -22,6 +22,9 @@ from turboinfer.prune.data import TrainData, load_arrays, load_text
 from turboinfer.prune.settings import Objective
 
 RESNET_TRAIN_IMAGES = 64  # random weights: these images only feed Taylor and distillation
+# Recombined bundled sentences for builtin:minilm: with halves and the bundled ones about
+# 41,000 texts of 16 tokens on average, one epoch ~11 minutes on one 2020s CPU core.
+RECOMBINED = 40_000
 
 
 @dataclass(frozen=True)
@@ -53,10 +56,13 @@ def _resnet(name: str) -> Callable[[Path | None, int, int], TrainData]:
 def _minilm(extra: Path | None, batch: int, seed: int) -> TrainData:
     from turboinfer.models import minilm
 
-    texts = minilm.calibration_sentences() + (load_text(extra) if extra else ())
-    # One width for all (the longest text): batches are then plain array slices.
-    feeds = minilm.tokenize(texts + halves(texts))
-    return TrainData(dict(feeds), None, batch_size=batch, seed=seed)
+    bundled = minilm.calibration_sentences()
+    texts = bundled + (load_text(extra) if extra else ())
+    texts += halves(texts) + recombined(bundled, RECOMBINED, seed)
+    feeds = minilm.tokenize(texts)
+    # Lengths make length buckets: a batch is cut to its own longest text.
+    return TrainData(dict(feeds), None, batch_size=batch, seed=seed,
+                     lengths=feeds["attention_mask"].sum(axis=1))
 
 
 def halves(texts: tuple[str, ...], min_words: int = 6) -> tuple[str, ...]:
@@ -73,6 +79,28 @@ def halves(texts: tuple[str, ...], min_words: int = 6) -> tuple[str, ...]:
             middle = len(words) // 2
             parts += [" ".join(words[:middle]), " ".join(words[middle:])]
     return tuple(parts)
+
+
+def recombined(texts: tuple[str, ...], count: int, seed: int) -> tuple[str, ...]:
+    """``count`` new texts, each the start of one sentence joined to the end of another.
+
+    The zoo's metric is held-out sentences of the bundled set (everyday English); its
+    training two thirds are a few hundred sentences, and text in that style is what the
+    pruned encoder must relearn. Joining random cuts of two of them gives tens of
+    thousands of inputs in that style, labelled by the teacher like any other: on
+    builtin:minilm at 30 %, held-out cosine after 400 batches rose from 0.885 to 0.916
+    with 40,000 of them in place of most of 20,000 docstring sentences.
+    """
+    words = [t.split() for t in texts if t.split()]
+    rng = np.random.default_rng((seed, count))
+    first, second = rng.integers(0, len(words), (2, count))
+    out = []
+    for i, j in zip(first, second, strict=True):
+        head, tail = words[i], words[j]
+        start = int(rng.integers(1, len(head) + 1))
+        end = int(rng.integers(0, len(tail)))
+        out.append(" ".join(head[:start] + tail[end:]))
+    return tuple(out)
 
 
 TRAIN_DATA: dict[str, Callable[[Path | None, int, int], TrainData]] = {
