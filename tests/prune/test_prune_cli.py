@@ -68,3 +68,25 @@ def test_an_onnx_file_is_refused_with_the_reason(
 ) -> None:
     assert main(["prune", str(linear_onnx), "-o", str(tmp_path)]) == 2
     assert "pruning needs the PyTorch model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["builtin:digits-cnn"], (10, 1e-4, 64)),
+        (["builtin:minilm"], (1, 3e-4, 32)),  # its own training settings
+        (["builtin:minilm", "--distill-epochs", "3", "--lr", "1e-3", "--batch-size", "8"],
+         (3, 1e-3, 8)),  # what the user sets wins
+    ],
+)
+def test_training_defaults_follow_the_builtin_model(
+    argv: list[str], expected: tuple[int, float, int]
+) -> None:
+    import argparse
+
+    from turboinfer.commands import prune
+
+    parser = argparse.ArgumentParser()
+    prune.add_arguments(parser)
+    settings = prune.build_settings(parser.parse_args([*argv, "-o", "out"]))
+    assert (settings.distill.epochs, settings.distill.lr, settings.batch_size) == expected

@@ -34,11 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="e.g. l1:0.3,taylor:0.2; amounts add up to the target "
                              "(default: L1 for 60%% of it, then Taylor)")
     parser.add_argument("--steps-per-phase", type=positive_int, default=2)
-    parser.add_argument("--distill-epochs", type=int, default=10,
-                        help="passes over the training data (default 10; for builtin:minilm "
-                             "1 or 2: its epoch is ~51,000 texts plus --train-data)")
+    parser.add_argument("--distill-epochs", type=int, default=None,
+                        help="passes over the training data (default 10; builtin:minilm 1: "
+                             "its epoch is ~51,000 texts plus --train-data)")
     parser.add_argument("--temperature", type=float, default=4.0)
-    parser.add_argument("--lr", type=float, default=1e-4, help="distillation learning rate")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="distillation learning rate (default 1e-4; builtin:minilm 3e-4)")
     parser.add_argument("--train-data", type=Path, default=None, metavar="PATH",
                         help=".npz with one array per model input (+ 'labels'); for "
                              "builtin:minilm a text file, one sentence per line, added to "
@@ -48,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "last, first, or none")
     parser.add_argument("--semi-structured", action="store_true",
                         help="also impose 2:4 sparsity (pays only on sparse tensor cores)")
-    parser.add_argument("--batch-size", type=positive_int, default=64,
-                        help="training batch for Taylor ranking and distillation")
+    parser.add_argument("--batch-size", type=positive_int, default=None,
+                        help="training batch for Taylor ranking and distillation (default 64; "
+                             "builtin:minilm 32)")
     parser.add_argument("--latency-batch", type=positive_int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-threads", type=int, default=0,
@@ -84,12 +86,25 @@ def run(args: argparse.Namespace) -> int:
 
 def build_settings(args: argparse.Namespace) -> PruneSettings:
     # Imported here: torch and Torch-Pruning load only when the command runs, not for --help.
-    from turboinfer.prune.settings import DistillSettings, Protect, PruneSettings, parse_schedule
+    from turboinfer.prune.settings import (
+        BUILTIN_TRAINING,
+        DistillSettings,
+        Protect,
+        PruneSettings,
+        parse_schedule,
+    )
 
     names = [p for p in args.protect if p != "none"]
     unknown = [p for p in names if p not in {m.value for m in Protect}]
     if unknown:
         raise ConfigError(f"unknown --protect value {unknown[0]!r}: use first, last or none")
+    # What the user set wins, then the built-in model's own training settings, then the
+    # general defaults.
+    builtin = BUILTIN_TRAINING.get(str(args.model).removeprefix("builtin:"), {})
+
+    def pick(value: float | None, key: str, default: float) -> float:
+        return value if value is not None else builtin.get(key, default)
+
     return PruneSettings(
         target_sparsity=args.target_sparsity,
         schedule=parse_schedule(args.schedule) if args.schedule else (),
@@ -97,7 +112,9 @@ def build_settings(args: argparse.Namespace) -> PruneSettings:
         protect=frozenset(Protect(p) for p in names),
         semi_structured=args.semi_structured,
         seed=args.seed,
-        batch_size=args.batch_size,
-        distill=DistillSettings(epochs=args.distill_epochs, temperature=args.temperature,
-                                lr=args.lr),
+        batch_size=int(pick(args.batch_size, "batch_size", PruneSettings.batch_size)),
+        distill=DistillSettings(epochs=int(pick(args.distill_epochs, "epochs",
+                                                DistillSettings.epochs)),
+                                temperature=args.temperature,
+                                lr=pick(args.lr, "lr", DistillSettings.lr)),
     )
