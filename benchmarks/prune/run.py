@@ -111,7 +111,7 @@ CONFIGS = (
     # halves, 50,000 recombined bundled sentences); a second did not fit the time box.
     Config("minilm", "builtin:minilm",
            PruneSettings(target_sparsity=0.25, batch_size=32,
-                         distill=DistillSettings(epochs=1, lr=3e-4)),
+                         distill=DistillSettings(epochs=2, lr=3e-4)),
            "25% of heads and FFN channels, sequence 128, bundled + reference text",
            extra_text=True),
 )

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: L1 for 60%% of it, then Taylor)")
     parser.add_argument("--steps-per-phase", type=positive_int, default=2)
     parser.add_argument("--distill-epochs", type=int, default=None,
-                        help="passes over the training data (default 10; builtin:minilm 1: "
+                        help="passes over the training data (default 10; builtin:minilm 2: "
                              "its epoch is ~51,000 texts plus --train-data)")
     parser.add_argument("--temperature", type=float, default=4.0)
     parser.add_argument("--lr", type=float, default=None,
