@@ -15,15 +15,14 @@ perplexity checks use. Needs ``transformers`` (a development dependency).
 from __future__ import annotations
 
 import argparse
-import ast
 import math
-import sysconfig
 import time
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from turboinfer.corpus import stdlib_docstrings
 from turboinfer.llm.config import ModelConfig
 from turboinfer.llm.loader import hf_config_dict, save_model
 from turboinfer.llm.model import LlamaModel
@@ -43,23 +42,7 @@ DRAFT = dict(TARGET, num_hidden_layers=1)
 
 def docstrings() -> list[str]:
     """Every docstring of 100+ characters in the standard library, in file order."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"test", "tests", "site-packages", "idlelib", "lib2to3"}
-    docs = []
-    for path in sorted(root.rglob("*.py")):
-        if skip & set(path.relative_to(root).parts):
-            continue
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef |
-                          ast.AsyncFunctionDef):
-                doc = ast.get_docstring(node)
-                if doc and len(doc) >= 100:
-                    docs.append(doc.strip())
-    return docs
+    return stdlib_docstrings(min_chars=100)
 
 
 def train_tokenizer(texts: list[str]) -> Tokenizer:

@@ -12,11 +12,9 @@ spinning OpenMP threads made small convolutions ten times slower.
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import random
 import re
-import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from typing import Any
 import orjson
 import torch
 
+from turboinfer.corpus import stdlib_docstrings
 from turboinfer.prune.measure import LatencySettings
 from turboinfer.prune.pipeline import prune_builtin
 from turboinfer.prune.settings import DistillSettings, Protect, PruneSettings
@@ -50,7 +49,7 @@ def reference_text(path: Path, limit: int = 6000) -> Path:
     """
     import pydoc_data.topics
 
-    texts = [*pydoc_data.topics.topics.values(), *docstrings()]
+    texts = [*pydoc_data.topics.topics.values(), *stdlib_docstrings()]
     sentences = sorted({s for text in texts for s in prose_sentences(text)})
     random.Random(0).shuffle(sentences)
     path.write_text("\n".join(sentences[:limit]) + "\n", "utf-8")
@@ -68,27 +67,6 @@ def prose_sentences(text: str) -> list[str]:
                     and not re.search(r"[{}\[\]=|`\\<>]", sentence)):
                 out.append(sentence)
     return out
-
-
-def docstrings() -> list[str]:
-    """The docstrings of the standard library's modules, classes and functions."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"test", "tests", "site-packages", "idlelib", "lib2to3"}
-    docs = []
-    for path in sorted(root.rglob("*.py")):
-        if skip & set(path.relative_to(root).parts):
-            continue
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef |
-                          ast.AsyncFunctionDef):
-                doc = ast.get_docstring(node)
-                if doc:
-                    docs.append(doc)
-    return docs
 
 
 LAST = frozenset({Protect.LAST})
