@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from turboinfer.errors import ConfigError
+from turboinfer.hardware import profile
 from turboinfer.models import builtin_onnx, resolve_model
 from turboinfer.models.export import export_onnx
 from turboinfer.models.zoo import ZooEntry
@@ -140,6 +141,4 @@ def _export(entry: ZooEntry, model: nn.Module, path: Path) -> Path:
 
 
 def _machine() -> dict[str, object]:
-    from turboinfer.hardware import profile
-
     return dict(profile().summary())
