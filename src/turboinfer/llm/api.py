@@ -112,10 +112,19 @@ class LLM:
         if len(params) != len(batch):
             raise InvalidInputError(f"{len(batch)} prompts but {len(params)} sampling params")
         prios = list(priorities) if priorities is not None else [0] * len(batch)
-        seqs = [self.engine.add_request(self._encode(p), sp, priority=pr)
-                for p, sp, pr in zip(batch, params, prios, strict=True)]
-        while self.engine.has_unfinished():
-            self.engine.step()
+        encoded = [self._encode(p) for p in batch]
+        # Validate every prompt before queueing any: one bad prompt must not leave the
+        # ones before it in the engine, to run inside some later call.
+        for ids in encoded:
+            self.engine.check_prompt(ids)
+        seqs = [self.engine.add_request(ids, sp, priority=pr)
+                for ids, sp, pr in zip(encoded, params, prios, strict=True)]
+        try:
+            while not all(s.is_finished for s in seqs):
+                self.engine.step()
+        finally:
+            for seq in seqs:
+                self.engine.abort(seq.request_id)  # no-op for finished ones
         return [RequestOutput.from_sequence(s, self._text(s)) for s in seqs]
 
     def stream(self, prompt: str | Seq[int], params: SamplingParams | None = None,
@@ -126,14 +135,17 @@ class LLM:
         # Hold back what could be the start of a stop string until it is ruled out.
         holdback = max((len(s) for s in params.stop), default=1) - 1
         shown = ""
-        while not seq.is_finished:
-            self.engine.step()
-            text = self._text(seq)
-            text = text[:len(text) - holdback] if holdback else text
-            # A token may end mid-character; wait until the text is whole.
-            if text.startswith(shown) and not text.endswith("\ufffd"):
-                yield text[len(shown):]
-                shown = text
+        try:
+            while not seq.is_finished:
+                self.engine.step()
+                text = self._text(seq)
+                text = text[:len(text) - holdback] if holdback else text
+                # A token may end mid-character; wait until the text is whole.
+                if text.startswith(shown) and not text.endswith("\ufffd"):
+                    yield text[len(shown):]
+                    shown = text
+        finally:
+            self.engine.abort(seq.request_id)  # the caller stopped early, or a step failed
         final = self._text(seq)
         if final.startswith(shown) and len(final) > len(shown):
             yield final[len(shown):]

@@ -2,7 +2,10 @@
 
 A block holds ``block_size`` consecutive tokens of one or more sequences. Full blocks
 are identified by a hash chain (hash of the previous block's hash and this block's
-tokens), so two prompts with the same prefix map to the same blocks. A block whose
+tokens), so two prompts with the same prefix map to the same blocks. The hash is
+cryptographic (BLAKE2b over the parent digest and the token ids): Python's built-in
+``hash`` is cheap to collide on purpose, and a collision would let one user's prompt
+read another's cached keys and values. A block whose
 reference count drops to zero goes to the back of the free queue but keeps its hash:
 it can still be reused by a later prompt until it reaches the front of the queue and
 is handed out for new tokens (least recently used eviction).
@@ -10,6 +13,8 @@ is handed out for new tokens (least recently used eviction).
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -20,12 +25,15 @@ from turboinfer.llm.sequence import Sequence
 class Block:
     block_id: int
     ref_count: int = 0
-    hash: int | None = None
+    hash: bytes | None = None
     token_ids: tuple[int, ...] = field(default=())
 
 
-def chain_hash(prev: int | None, token_ids: tuple[int, ...]) -> int:
-    return hash((prev, token_ids))
+def chain_hash(prev: bytes | None, token_ids: tuple[int, ...]) -> bytes:
+    """Digest of (parent digest, token ids); 32 bytes, so collisions are out of reach."""
+    h = hashlib.blake2b(prev or b"", digest_size=32)
+    h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    return h.digest()
 
 
 class BlockManager:
@@ -37,9 +45,9 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         # Insertion order is eviction order: the front is the least recently freed.
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
-        self._hash_to_block: dict[int, int] = {}
+        self._hash_to_block: dict[bytes, int] = {}
         # Per sequence: hashes of its leading full, computed blocks (the chain so far).
-        self._seq_hashes: dict[int, list[int]] = {}
+        self._seq_hashes: dict[int, list[bytes]] = {}
         self.prefix_hits = 0
         self.prefix_queries = 0
 
@@ -66,7 +74,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         hits: list[int] = []
-        prev: int | None = None
+        prev: bytes | None = None
         bs = self.block_size
         for i in range((seq.num_tokens - 1) // bs):
             tokens = tuple(seq.token_ids[i * bs:(i + 1) * bs])

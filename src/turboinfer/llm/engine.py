@@ -9,7 +9,7 @@ from turboinfer.llm.block_manager import BlockManager
 from turboinfer.llm.config import EngineConfig
 from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.runner import ModelRunner, StepItem
-from turboinfer.llm.sampler import logits_to_probs, sample
+from turboinfer.llm.sampler import logits_to_probs, sample, token_logprobs
 from turboinfer.llm.sampling_params import SamplingParams
 from turboinfer.llm.scheduler import Scheduler, SchedulerOutput
 from turboinfer.llm.sequence import FinishReason, Sequence
@@ -32,6 +32,8 @@ class LLMEngine:
         self.max_model_len = min(config.max_model_len or model.config.max_position_embeddings,
                                  model.config.max_position_embeddings)
         blocks = config.total_blocks
+        # No sequence may outgrow the whole KV cache: it would preempt itself forever.
+        self.max_seq_len = min(self.max_model_len, blocks * config.block_size)
         self.block_manager = BlockManager(blocks, config.block_size,
                                           enable_prefix_caching=config.enable_prefix_caching)
         self.runner = ModelRunner(model, model.allocate_kv_cache(blocks, config.block_size))
@@ -58,22 +60,27 @@ class LLMEngine:
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *,
                     priority: int = 0, request_id: str | None = None) -> Sequence:
+        self.check_prompt(prompt_token_ids)
+        seq = Sequence(prompt_token_ids, params, priority=priority, request_id=request_id)
+        self._by_request[seq.request_id] = seq
+        self.scheduler.add(seq)
+        return seq
+
+    def check_prompt(self, prompt_token_ids: list[int]) -> None:
+        """Refuse a prompt that can never run: empty, out of vocabulary, or with no room
+        for one new token in the context or the whole KV cache."""
         n = len(prompt_token_ids)
         if n == 0:
             raise InvalidInputError("the prompt is empty")
         if n >= self.max_model_len:
             raise InvalidInputError(f"the prompt has {n} tokens; the context holds "
                                     f"{self.max_model_len} (prompt + at least one new token)")
-        capacity = self.block_manager.num_blocks * self.config.block_size
-        if n + 1 > capacity:
-            raise InvalidInputError(f"the prompt has {n} tokens; the KV cache holds {capacity}")
+        if n >= self.max_seq_len:
+            raise InvalidInputError(f"the prompt has {n} tokens; the KV cache holds "
+                                    f"{self.max_seq_len} (prompt + at least one new token)")
         vocab = self.model.config.vocab_size
         if any(t < 0 or t >= vocab for t in prompt_token_ids):
             raise InvalidInputError(f"prompt token ids must be in [0, {vocab})")
-        seq = Sequence(prompt_token_ids, params, priority=priority, request_id=request_id)
-        self._by_request[seq.request_id] = seq
-        self.scheduler.add(seq)
-        return seq
 
     def abort(self, request_id: str) -> None:
         seq = self._by_request.pop(request_id, None)
@@ -91,7 +98,13 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if not out.scheduled:
             if self.scheduler.waiting and not self.scheduler.running:
-                raise InvalidInputError("a request does not fit in the KV cache")
+                # Cannot happen for prompts check_prompt let in; if it does, drop that one
+                # request rather than stall (or fail) every later step.
+                seq = self.scheduler.waiting[0]
+                seq.finish_reason = FinishReason.ABORT
+                self.scheduler.finish(seq)
+                self._by_request.pop(seq.request_id, None)
+                return [seq]
             return []
         decodes, prefills = self._split(out)
         speculate = (self.proposer is not None and bool(decodes)
@@ -131,15 +144,15 @@ class LLMEngine:
             return []
         tokens = sample(logits, [s.params for s in sampled], [s.generator for s in sampled],
                         self.generator)
-        for seq, token in zip(sampled, tokens, strict=True):
-            self._append(seq, [token])
+        for i, (seq, token) in enumerate(zip(sampled, tokens, strict=True)):
+            self._append(seq, [token], logits[i:i + 1])
         return sampled
 
     def _run_speculative(self, seqs: list[Sequence]) -> list[Sequence]:
         assert self.proposer is not None
         # Never draft past the context or the request's token limit.
         limits = [min(self.config.num_speculative_tokens,
-                      self.max_model_len - s.num_tokens,
+                      self.max_seq_len - s.num_tokens,
                       s.params.max_tokens - s.num_output_tokens - 1) for s in seqs]
         proposals = self.proposer.propose(seqs, limits)
         items = [StepItem([s.token_ids[-1], *p.tokens], s.num_computed_tokens, s.block_table,
@@ -164,7 +177,7 @@ class LLMEngine:
             # The last verified token plus the accepted drafts now have target KV.
             seq.num_computed_tokens += len(tokens)
             seq.num_draft_computed = min(seq.num_draft_computed, seq.num_computed_tokens)
-            self._append(seq, tokens)
+            self._append(seq, tokens, logits[row - k - 1:row])
             if not seq.is_finished:
                 self.block_manager.commit(seq)
         return seqs
@@ -176,15 +189,19 @@ class LLMEngine:
         s.accepted += emitted - 1
         s.emitted += emitted
 
-    def _append(self, seq: Sequence, tokens: list[int]) -> None:
+    def _append(self, seq: Sequence, tokens: list[int], logits: torch.Tensor) -> None:
+        """Append sampled tokens; ``logits`` has one row per token (the row it came from)."""
+        if seq.params.logprobs is not None:
+            seq.logprobs += token_logprobs(logits[:len(tokens)], tokens, seq.params.logprobs)
         for token in tokens:
             seq.append_token(token)
             reason = self._stop_reason(seq, token)
             if reason is not None:
                 seq.finish_reason = reason
                 self.scheduler.finish(seq)
+                # Tokens after the stop were never appended; neither are their logprobs.
+                del seq.logprobs[seq.num_output_tokens:]
                 return
-        # Fewer tokens appended than computed cannot happen: a stop returns above.
 
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         p = seq.params
@@ -196,7 +213,7 @@ class LLMEngine:
             if hits:
                 seq.output_text = text[:min(hits)]
                 return FinishReason.STOP
-        if seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+        if seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_seq_len:
             return FinishReason.LENGTH
         return None
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence as Seq
 import torch
 
 from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.sequence import TokenLogprob
 
 
 def logits_to_probs(logits: torch.Tensor, params: Seq[SamplingParams]) -> torch.Tensor:
@@ -75,3 +76,16 @@ def sample(logits: torch.Tensor, params: Seq[SamplingParams],
     if greedy:
         tokens[greedy] = logits[greedy].argmax(dim=-1)
     return [int(t) for t in tokens.tolist()]
+
+
+def token_logprobs(logits: torch.Tensor, tokens: Seq[int], top_n: int) -> list[TokenLogprob]:
+    """[N, V] logits and the N tokens drawn from them -> each token's log-probability
+    under the model and the ``top_n`` most likely (id, log-probability) pairs."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)                   # [N, V]
+    chosen = logprobs.gather(1, torch.tensor(tokens, dtype=torch.long)[:, None])
+    if top_n == 0:
+        return [(lp, []) for lp in chosen.squeeze(1).tolist()]
+    values, ids = logprobs.topk(top_n, dim=-1)                              # [N, top_n]
+    return [(lp, list(zip(row_ids, row_vals, strict=True)))
+            for lp, row_ids, row_vals in zip(chosen.squeeze(1).tolist(), ids.tolist(),
+                                             values.tolist(), strict=True)]

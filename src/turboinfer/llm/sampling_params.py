@@ -13,7 +13,9 @@ class SamplingParams:
 
     ``temperature=0`` is greedy decoding. ``top_k=0`` and ``top_p=1`` disable those
     filters. ``seed`` gives the request its own random stream, so its output does not
-    depend on what else is in the batch.
+    depend on what else is in the batch. ``logprobs=N`` records each sampled token's
+    log-probability under the model (before temperature and filters) and the N most
+    likely tokens; ``None`` skips that work.
     """
 
     max_tokens: int = 64
@@ -24,6 +26,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
@@ -34,6 +37,8 @@ class SamplingParams:
             raise InvalidInputError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise InvalidInputError(f"top_k must be >= 0, got {self.top_k}")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise InvalidInputError(f"logprobs must be >= 0, got {self.logprobs}")
         if isinstance(self.stop, str):
             # A bare string would otherwise be read as a tuple of one-letter stops.
             object.__setattr__(self, "stop", (self.stop,))

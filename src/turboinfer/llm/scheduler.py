@@ -12,6 +12,7 @@ to be recomputed from its tokens later (recompute beats swapping on CPU, where t
 from __future__ import annotations
 
 import bisect
+import time
 from dataclasses import dataclass, field
 
 from turboinfer.llm.block_manager import BlockManager
@@ -37,6 +38,8 @@ class Scheduler:
         self.block_manager = block_manager
         # Extra KV slots a decoding sequence needs per step (speculative tokens).
         self.lookahead = lookahead
+        # Tokens the whole cache holds: lookahead never asks for slots past it.
+        self.capacity = block_manager.num_blocks * block_manager.block_size
         self.waiting: list[Sequence] = []   # kept sorted by Sequence.sort_key
         self.running: list[Sequence] = []   # kept sorted by Sequence.sort_key
         self.num_preemptions = 0
@@ -63,7 +66,8 @@ class Scheduler:
         for seq in list(self.running):
             if seq.status is not SequenceStatus.RUNNING or budget <= 0:
                 continue
-            lookahead = 0 if seq.in_prefill else self.lookahead
+            lookahead = 0 if seq.in_prefill else min(self.lookahead,
+                                                     self.capacity - seq.num_tokens)
             if not self._make_room(seq, lookahead, out):
                 continue  # seq itself was the one preempted
             self.block_manager.append_slots(seq, lookahead)
@@ -75,6 +79,8 @@ class Scheduler:
             if not self._admit(seq, out):
                 break
             self.waiting.pop(0)
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.perf_counter()
             seq.status = SequenceStatus.RUNNING
             bisect.insort(self.running, seq, key=Sequence.sort_key)
             n = self._chunk(seq, budget)

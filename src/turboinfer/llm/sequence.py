@@ -25,6 +25,9 @@ class FinishReason(enum.Enum):
 
 _counter = itertools.count()
 
+# A sampled token's log-probability and the ``params.logprobs`` most likely alternatives.
+TokenLogprob = tuple[float, list[tuple[int, float]]]
+
 
 class Sequence:
     """Prompt plus generated tokens, the block table, and the scheduling state.
@@ -51,6 +54,7 @@ class Sequence:
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache
         self.num_preemptions = 0
+        self.first_scheduled_time: float | None = None  # first admitted to run
         self.first_token_time: float | None = None
         self.token_times: list[float] = []
         self.output_text = ""
@@ -59,6 +63,8 @@ class Sequence:
             self.generator = torch.Generator().manual_seed(params.seed)
         # Draft-model progress for speculative decoding: tokens whose draft KV is cached.
         self.num_draft_computed = 0
+        # Per output token, when params.logprobs is set: (its logprob, top (id, logprob)).
+        self.logprobs: list[TokenLogprob] = []
 
     def __len__(self) -> int:
         return len(self.token_ids)
