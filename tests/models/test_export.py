@@ -12,7 +12,7 @@ from turboinfer.models import builtin_onnx, resolve_model
 from turboinfer.models.cache import cache_dir
 from turboinfer.models.export import export_onnx
 from turboinfer.models.weights import cached_array
-from turboinfer.models.zoo import ZOO, EvalSet, Metric, RunFn, ZooEntry, register
+from turboinfer.models.zoo import ZOO, EvalSet, Metric, RunFn, ZooEntry
 
 OrtRunner = Callable[[Path], RunFn]
 
@@ -64,7 +64,7 @@ def test_failed_export_leaves_no_file(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def tiny_entry(private_cache: Path) -> Iterator[ZooEntry]:
+def tiny_entry(private_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ZooEntry]:
     builds = []
 
     def build() -> torch.nn.Module:
@@ -87,9 +87,8 @@ def tiny_entry(private_cache: Path) -> Iterator[ZooEntry]:
         output_names=("y",),
         dynamic_axes={"x": {0: "batch"}},
     )
-    register(entry)
+    monkeypatch.setitem(ZOO, entry.name, entry)
     yield entry
-    del ZOO[entry.name]
     assert builds
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from turboinfer.engines.base import ModelArtifact
 from turboinfer.errors import ModelLoadError, UnknownModelError
+from turboinfer.models.cache import cache_dir
 from turboinfer.models.zoo import ZooEntry, get_entry, names
 
 BUILTIN = "builtin:"
@@ -41,7 +42,7 @@ def resolve_model(ref: str) -> ResolvedModel:
         return ResolvedModel(entry.name, artifact, entry)
     path = Path(ref).expanduser()
     if path.exists() or path.suffix == ".onnx":
-        from turboinfer.models.onnx_file import check_onnx
+        from turboinfer.models.onnx_file import check_onnx  # onnx: 0.3 s, not for listing
 
         check_onnx(path)
         return ResolvedModel(path.stem, ModelArtifact(path.stem, path))
@@ -59,8 +60,7 @@ def list_models() -> list[ZooEntry]:
 
 def builtin_onnx(entry: ZooEntry) -> Path:
     """The entry's ONNX export from the cache, exporting it first if it is missing or broken."""
-    from turboinfer.models.cache import cache_dir
-    from turboinfer.models.onnx_file import check_onnx
+    from turboinfer.models.onnx_file import check_onnx  # onnx: 0.3 s, not for listing
 
     path = cache_dir() / "onnx" / f"{entry.name}-{_export_key(entry)}.onnx"
     if path.exists():
@@ -73,9 +73,9 @@ def builtin_onnx(entry: ZooEntry) -> Path:
 
 
 def _export(entry: ZooEntry, path: Path) -> Path:
-    import torch
+    import torch  # seconds to import: only when an export is needed
 
-    from turboinfer.models.export import export_onnx
+    from turboinfer.models.export import export_onnx  # imports torch
 
     module = entry.build()
     if not isinstance(module, torch.nn.Module):
@@ -92,7 +92,7 @@ def _export(entry: ZooEntry, path: Path) -> Path:
 
 
 def _export_key(entry: ZooEntry) -> str:
-    import torch
+    import torch  # seconds to import; the key needs its version
 
     parts = (entry.name, entry.version, torch.__version__, str(_OPSET))
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]

@@ -58,6 +58,7 @@ def data() -> DigitsData:
 
     Shared by every caller: the functions below hand out copies.
     """
+    # scikit-learn takes a second to import; only digits-cnn itself needs it.
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 

