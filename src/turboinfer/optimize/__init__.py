@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from turboinfer.optimize.pipeline import ModelRef, run_optimize
 from turboinfer.optimize.report import OptimizeReport, VariantResult
 from turboinfer.optimize.settings import (
     AccuracyBudget,
@@ -20,16 +21,24 @@ from turboinfer.optimize.settings import (
     CalibrationMethod,
     MeasureSettings,
     OptimizeSettings,
+    TuneSettings,
     Variant,
+    settings_from,
+    tune_settings_from,
 )
+from turboinfer.optimize.tune_report import TuneReport
+from turboinfer.optimize.tuning import run_tune
 
 __all__ = [
     "AccuracyBudget",
     "ActivationType",
     "CalibrationMethod",
     "MeasureSettings",
+    "ModelRef",
     "OptimizeReport",
     "OptimizeSettings",
+    "TuneReport",
+    "TuneSettings",
     "Variant",
     "VariantResult",
     "optimize",
@@ -38,7 +47,7 @@ __all__ = [
 
 
 def optimize(
-    model: Any,
+    model: ModelRef,
     output_dir: str | Path,
     *,
     variants: Sequence[str] | None = None,
@@ -58,8 +67,6 @@ def optimize(
     Keywords left as None keep the defaults of ``OptimizeSettings``; ``settings`` replaces
     all of them.
     """
-    from turboinfer.optimize.pipeline import run_optimize, settings_from
-
     if settings is None:
         settings = settings_from(
             variants, calibrations=calibrations, calib_data=calib_data,
@@ -69,7 +76,7 @@ def optimize(
 
 
 def tune(
-    model: Any,
+    model: ModelRef,
     repo: str | Path,
     *,
     slo_p99_ms: float,
@@ -84,7 +91,7 @@ def tune(
     prune: float | None = None,
     prune_epochs: int | None = None,
     progress: Callable[[str], None] | None = None,
-) -> Any:
+) -> TuneReport:
     """Find the highest-throughput configuration of ``model`` whose p99 meets
     ``slo_p99_ms`` and whose metric stays within ``max_accuracy_drop`` of FP32; write it
     to ``repo/<name>/`` (config.yaml and 1/model.onnx). Returns the ``TuneReport``; its
@@ -94,25 +101,12 @@ def tune(
     quantized variants as candidates, judged against the unpruned FP32 metric;
     ``prune_epochs`` sets its distillation epochs.
     """
-    from turboinfer.optimize.pipeline import settings_from
-    from turboinfer.optimize.tune_prune import PruneRequest
-    from turboinfer.optimize.tuning import TuneSettings, run_tune
-
-    parsed = settings_from(variants, calib_data=calib_data, calib_count=calib_count,
-                           max_accuracy_drop=max_accuracy_drop)
-    assert parsed.budget is not None
-    values: dict[str, Any] = {
-        "slo_p99_ms": float(slo_p99_ms), "budget": parsed.budget,
-        "calib_count": parsed.calib_count, "calib_data": parsed.calib_data, "name": name}
-    if variants is not None:
-        values["variants"] = parsed.variants
-    for key, value in (("engines", engines), ("batch_sizes", batch_sizes),
-                       ("threads", threads)):
-        if value is not None:
-            values[key] = tuple(value)
-    if prune is not None:
-        values["prune"] = PruneRequest(float(prune), prune_epochs)
-    return run_tune(model, Path(repo), TuneSettings(**values), progress)
+    settings = tune_settings_from(
+        slo_p99_ms=slo_p99_ms, max_accuracy_drop=max_accuracy_drop, engines=engines,
+        variants=variants, calib_data=calib_data, calib_count=calib_count,
+        batch_sizes=batch_sizes, threads=threads, name=name, prune=prune,
+        prune_epochs=prune_epochs)
+    return run_tune(model, Path(repo), settings, progress)
 
 
 class _CallableModule(types.ModuleType):

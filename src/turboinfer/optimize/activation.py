@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from turboinfer.hardware import has_fast_fp16, int8_activation_type, profile
+from turboinfer.optimize.context import Context
 from turboinfer.optimize.measure import interleaved_p50
 from turboinfer.optimize.report import ActivationDecision
 from turboinfer.optimize.settings import ActivationType
-from turboinfer.optimize.variants import Context
 
 # The other type must beat the profile's choice by this much to replace it: below it,
 # the difference is within run-to-run noise on a shared machine.
@@ -28,9 +29,6 @@ class MachineFacts:
 
 
 def machine_facts() -> MachineFacts:
-    from turboinfer.hardware import profile
-    from turboinfer.hardware.advice import has_fast_fp16, int8_activation_type
-
     hw = profile()
     return MachineFacts(ActivationType(int8_activation_type(hw)), has_fast_fp16(hw),
                         dict(hw.summary()))

@@ -1,8 +1,7 @@
 """Tune candidates: a variant file on an engine with a thread count, and its measurements.
 
-Which engine can run which variant is a table: ORT runs everything it wrote (contrib ops
-included); OpenVINO reads standard ONNX, QDQ included; torch runs only the FP32 module
-and is measured as the baseline a user starts from, not as something to serve.
+Which engine can run which variant is the table ``settings.ENGINE_VARIANTS``; which
+engines the server can run is ``SERVABLE`` here.
 """
 
 from __future__ import annotations
@@ -14,13 +13,6 @@ from typing import Any
 from turboinfer.optimize.batching import BatchingPlan, CurvePoint
 from turboinfer.optimize.settings import Variant
 
-ENGINE_VARIANTS: dict[str, frozenset[Variant]] = {
-    "onnxruntime": frozenset(Variant),
-    # FP16 is left out: OpenVINO picks its own precision, and the FP32 casts that keep the
-    # file's inputs FP32 take the input names in OpenVINO's reading of the graph.
-    "openvino": frozenset({Variant.FP32, Variant.INT8_STATIC, Variant.MIXED}),
-    "torch": frozenset({Variant.FP32}),
-}
 # Engines the model repository can name (``serve.config.ModelConfig.engine``).
 SERVABLE = frozenset({"onnxruntime", "openvino"})
 

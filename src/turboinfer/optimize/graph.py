@@ -65,6 +65,7 @@ def fuse_transformer(src: Path, dst: Path) -> bool:
     Heads and hidden size are detected from the graph; a graph it does not recognise is
     left alone (False), which is not an error: the other passes still apply.
     """
+    # why: ORT's transformer optimizer pulls in its fusion modules (slow); only this pass needs it.
     from onnxruntime.transformers.optimizer import optimize_model
 
     try:

@@ -1,7 +1,9 @@
-"""Judging a variant: its metric on the evaluation set and its latency at batch 1.
+"""Judging a variant: its metric on the evaluation set, its latency at batch 1, and
+whether it stays within the accuracy budget of the FP32 reference.
 
 Both go through the engines' protocol, so a variant is measured exactly as it will be
-served; the timing loop is the benchmark's own.
+served; the timing loop is the benchmark's own. Every variant, built or searched, is
+judged here, the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from turboinfer.bench.latency import time_runs
 from turboinfer.bench.stats import LatencyStats, summarize_ns
 from turboinfer.engines import EngineSettings, ModelArtifact, Session, load_session
 from turboinfer.models.zoo import EvalSet, ZooEntry
-from turboinfer.optimize.settings import MeasureSettings
+from turboinfer.optimize.report import Built, VariantResult
+from turboinfer.optimize.settings import AccuracyBudget, MeasureSettings, Variant
 
 
 @dataclass(frozen=True)
@@ -82,3 +85,36 @@ def interleaved_p50(paths: Mapping[str, Path], judge: Judge, rounds: int = 3
                                   warmup_runs=judge.settings.warmup_runs)
             samples[key].append(summarize_ns(durations).p50_ms)
     return {key: float(np.median(values)) for key, values in samples.items()}
+
+
+def judge_reference(path: Path, judge: Judge, *, budget: AccuracyBudget | None
+                    ) -> VariantResult:
+    """The FP32 model's result, which every other variant is compared with."""
+    metric = metric_of(path, judge)
+    return VariantResult("fp32", Variant.FP32, path, file_size(path), metric,
+                         0.0 if metric is not None else None,
+                         True if budget is not None and metric is not None else None,
+                         latency_of(path, judge))
+
+
+def judge_built(built: Built, judge: Judge, *, reference: VariantResult,
+                budget: AccuracyBudget | None) -> VariantResult:
+    """A built variant's metric, delta to ``reference``, budget verdict and latency."""
+    if built.path is None:
+        return VariantResult(built.name, built.variant, skipped=built.skipped,
+                             calibration=built.calibration, details=built.details)
+    metric = metric_of(built.path, judge)
+    delta = within = None
+    if metric is not None and reference.metric is not None:
+        delta = metric - reference.metric
+        if budget is not None:
+            within = budget.meets(reference.metric, metric, judge.higher_is_better)
+    return VariantResult(built.name, built.variant, built.path, file_size(built.path), metric,
+                         delta, within, latency_of(built.path, judge),
+                         calibration=built.calibration, details=built.details)
+
+
+def file_size(path: Path) -> int:
+    """Bytes of an ONNX file and of its external data, when it has any."""
+    data = path.with_name(path.name + ".data")
+    return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)

@@ -9,40 +9,13 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from turboinfer.optimize.measure import metric_of
-from turboinfer.optimize.report import Built, OptimizeReport
-from turboinfer.optimize.sensitivity import best_static
+from turboinfer.optimize.context import Context
+from turboinfer.optimize.measure import judge_built, metric_of
+from turboinfer.optimize.report import Built, MixedResult, MixedStep, OptimizeReport
 from turboinfer.optimize.settings import CalibrationMethod, Variant
-from turboinfer.optimize.variants import Context
-
-
-@dataclass(frozen=True)
-class MixedStep:
-    float_layers: int
-    metric: float
-    meets: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"float_layers": self.float_layers, "metric": self.metric, "meets": self.meets}
-
-
-@dataclass(frozen=True)
-class MixedResult:
-    met: bool
-    calibration: str
-    float_layers: tuple[str, ...]
-    steps: tuple[MixedStep, ...]
-    total_layers: int
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"met": self.met, "calibration": self.calibration,
-                "float_layers": list(self.float_layers), "total_layers": self.total_layers,
-                "steps": [s.to_dict() for s in self.steps], "reason": self.reason}
 
 
 def float_order(layers: tuple[str, ...], ranking: list[str]) -> list[str]:
@@ -86,7 +59,7 @@ def search(order: list[str], evaluate: Callable[[int], float], full: float,
 
 def add_mixed_precision(report: OptimizeReport, ctx: Context) -> OptimizeReport:
     """Search from the best-calibrated static model; record the outcome in the report."""
-    best = best_static(report)
+    best = report.best_static()
     budget = ctx.settings.budget
     target = report.reference.metric
     method = best.calibration if best is not None else None
@@ -120,11 +93,11 @@ def add_mixed_precision(report: OptimizeReport, ctx: Context) -> OptimizeReport:
 def _add_variant(report: OptimizeReport, ctx: Context, source: Path,
                  method: CalibrationMethod) -> OptimizeReport:
     """Keep the chosen file as ``mixed.onnx`` and judge it like any other variant."""
-    from turboinfer.optimize.pipeline import judge
-
     assert report.mixed is not None
     path = ctx.out / "mixed.onnx"
     shutil.copyfile(source, path)
     built = Built("mixed", Variant.MIXED, path, calibration=method,
                   details={"float_layers": list(report.mixed.float_layers)})
-    return replace(report, variants=(*report.variants, judge(built, ctx, report.reference)))
+    judged = judge_built(built, ctx.judge, reference=report.reference,
+                         budget=ctx.settings.budget)
+    return replace(report, variants=(*report.variants, judged))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,17 +18,20 @@ from turboinfer.models.onnx_file import check_onnx, input_specs
 from turboinfer.models.zoo import ZooEntry
 from turboinfer.optimize.activation import MachineFacts, decide_activation, machine_facts
 from turboinfer.optimize.calibration import load_calibration
-from turboinfer.optimize.measure import Judge, latency_of, metric_of
+from turboinfer.optimize.context import Context
+from turboinfer.optimize.measure import Judge, judge_built, judge_reference
+from turboinfer.optimize.mixed import add_mixed_precision
 from turboinfer.optimize.quantize import prepare, weighted_nodes
 from turboinfer.optimize.report import (
     ActivationDecision,
-    Built,
     MetricInfo,
     OptimizeReport,
     VariantResult,
 )
+from turboinfer.optimize.sensitivity import add_sensitivity
 from turboinfer.optimize.settings import OptimizeSettings, Variant
-from turboinfer.optimize.variants import BUILDERS, NOTHING_TO_QUANTIZE, Context
+from turboinfer.optimize.settings import settings_from as settings_from  # the command line's import
+from turboinfer.optimize.variants import BUILDERS, NOTHING_TO_QUANTIZE
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +68,13 @@ def run_optimize(model: ModelRef, output_dir: Path, settings: OptimizeSettings,
     facts = machine_facts()
     with tempfile.TemporaryDirectory(prefix=".work-", dir=out) as tmp:
         ctx = _context(resolved, out, Path(tmp), settings, facts, say)
-        reference = judge_reference(ctx, resolved.name)
+        reference = judge_reference(ctx.source, ctx.judge, budget=settings.budget)
         results = [reference]
         for variant in settings.variants:
             say(f"building {variant.value}")
             for built in BUILDERS[variant](ctx):
-                results.append(judge(built, ctx, reference))
+                results.append(judge_built(built, ctx.judge, reference=reference,
+                                           budget=settings.budget))
         report = OptimizeReport(
             model=resolved.name, metric=_metric_info(resolved.entry, ctx.judge),
             variants=tuple(results), output_dir=out,
@@ -104,35 +108,8 @@ def _context(resolved: ResolvedModel, out: Path, work: Path, settings: OptimizeS
     return ctx
 
 
-def judge_reference(ctx: Context, name: str) -> VariantResult:
-    metric = metric_of(ctx.source, ctx.judge)
-    return VariantResult("fp32", Variant.FP32, ctx.source, _size(ctx.source), metric,
-                         0.0 if metric is not None else None,
-                         True if ctx.settings.budget and metric is not None else None,
-                         latency_of(ctx.source, ctx.judge))
-
-
-def judge(built: Built, ctx: Context, reference: VariantResult) -> VariantResult:
-    if built.path is None:
-        return VariantResult(built.name, built.variant, skipped=built.skipped,
-                             calibration=built.calibration, details=built.details)
-    metric = metric_of(built.path, ctx.judge)
-    delta = within = None
-    if metric is not None and reference.metric is not None:
-        delta = metric - reference.metric
-        if ctx.settings.budget is not None:
-            within = ctx.settings.budget.meets(reference.metric, metric,
-                                               ctx.judge.higher_is_better)
-    return VariantResult(built.name, built.variant, built.path, _size(built.path), metric,
-                         delta, within, latency_of(built.path, ctx.judge),
-                         calibration=built.calibration, details=built.details)
-
-
 def _precision_steps(report: OptimizeReport, ctx: Context, say: Progress) -> OptimizeReport:
     """Sensitivity ranking and the mixed-precision search, when asked and possible."""
-    from turboinfer.optimize.mixed import add_mixed_precision
-    from turboinfer.optimize.sensitivity import add_sensitivity
-
     if ctx.calib is None or Variant.INT8_STATIC not in ctx.settings.variants:
         return report
     if ctx.settings.sensitivity or ctx.settings.budget is not None:
@@ -142,11 +119,6 @@ def _precision_steps(report: OptimizeReport, ctx: Context, say: Progress) -> Opt
         say("searching mixed precision under the budget")
         report = add_mixed_precision(report, ctx)
     return report
-
-
-def _size(path: Path) -> int:
-    data = path.with_name(path.name + ".data")
-    return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)
 
 
 def _metric_info(entry: ZooEntry | None, judge: Judge) -> MetricInfo | None:
@@ -180,20 +152,3 @@ def _notes(ctx: Context, entry: ZooEntry | None,
         notes.append(f"no fast FP16 on this machine: fp16 p50 {fp16.latency.p50_ms:.3g} ms "
                      f"vs FP32 {results[0].latency.p50_ms:.3g} ms (it halves the file only)")
     return tuple(notes)
-
-
-def settings_from(variants: Sequence[str] | None = None, **fields: Any) -> OptimizeSettings:
-    """Settings from API keywords, with the same parsing as the command line."""
-    from turboinfer.optimize.settings import AccuracyBudget, parse_calibrations, parse_variants
-
-    values = {k: v for k, v in fields.items() if v is not None}
-    if variants is not None:
-        values["variants"] = parse_variants(list(variants))
-    if "calibrations" in values:
-        values["calibrations"] = parse_calibrations(list(values["calibrations"]))
-    budget = values.pop("max_accuracy_drop", None)
-    if budget is not None:
-        values["budget"] = AccuracyBudget.parse(str(budget))
-    if "calib_data" in values:
-        values["calib_data"] = Path(values["calib_data"])
-    return OptimizeSettings(**values)

@@ -120,6 +120,7 @@ def matmul_weight_elements(model: onnx.ModelProto) -> int:
 
 def quantize_int4(base: Path, dst: Path, block_size: int) -> Path:
     """Group-wise symmetric INT4 MatMul weights (``MatMulNBits``), INT8 compute."""
+    # why: the MatMulNBits quantizer is heavy to import and only int4 uses it.
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     quantizer = MatMulNBitsQuantizer(onnx.load(str(base)), block_size=block_size,

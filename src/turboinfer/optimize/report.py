@@ -9,17 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from turboinfer.bench.stats import LatencyStats
 from turboinfer.errors import ConfigError
 from turboinfer.optimize.settings import ActivationType, CalibrationMethod, Variant
-
-if TYPE_CHECKING:
-    from turboinfer.optimize.mixed import MixedResult
-    from turboinfer.optimize.sensitivity import LayerSensitivity
 
 
 @dataclass(frozen=True)
@@ -86,6 +82,44 @@ class ActivationDecision:
 
 
 @dataclass(frozen=True)
+class LayerSensitivity:
+    node: str
+    op_type: str
+    tensor: str
+    sqnr_db: float | None  # float vs quantized model at the layer's output
+    loss_db: float | None  # SQNR lost across this layer; larger is more sensitive
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "op_type": self.op_type, "tensor": self.tensor,
+                "sqnr_db": self.sqnr_db, "loss_db": self.loss_db}
+
+
+@dataclass(frozen=True)
+class MixedStep:
+    float_layers: int
+    metric: float
+    meets: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"float_layers": self.float_layers, "metric": self.metric, "meets": self.meets}
+
+
+@dataclass(frozen=True)
+class MixedResult:
+    met: bool
+    calibration: str
+    float_layers: tuple[str, ...]
+    steps: tuple[MixedStep, ...]
+    total_layers: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"met": self.met, "calibration": self.calibration,
+                "float_layers": list(self.float_layers), "total_layers": self.total_layers,
+                "steps": [s.to_dict() for s in self.steps], "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class MetricInfo:
     name: str
     unit: str
@@ -118,6 +152,19 @@ class OptimizeReport:
 
     def usable(self) -> list[VariantResult]:
         return [v for v in self.variants if v.usable]
+
+    def best_static(self) -> VariantResult | None:
+        """The int8-static variant closest to FP32 on the metric (the first one without
+        one): sensitivity and mixed precision start from it, tune benchmarks only it."""
+        statics = [v for v in self.usable() if v.variant is Variant.INT8_STATIC]
+        if not statics:
+            return None
+        higher = self.metric.higher_is_better if self.metric else True
+        scored = [(v.metric if higher else -v.metric, v) for v in statics
+                  if v.metric is not None]
+        if not scored:
+            return statics[0]
+        return max(scored, key=lambda pair: pair[0])[1]
 
     def with_notes(self, *notes: str) -> OptimizeReport:
         return replace(self, notes=(*self.notes, *notes))

@@ -10,7 +10,7 @@ noise it inherited, so deep layers are not ranked first merely for being deep.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,9 @@ from onnxruntime.quantization.qdq_loss_debug import (
 )
 
 from turboinfer.optimize.calibration import FeedReader, run_batch
+from turboinfer.optimize.context import Context
 from turboinfer.optimize.quantize import WEIGHTED_OPS
-from turboinfer.optimize.report import OptimizeReport, VariantResult
-from turboinfer.optimize.variants import Context
+from turboinfer.optimize.report import LayerSensitivity, OptimizeReport
 
 # Samples to compare on: SQNR settles within a few batches, and every activation of both
 # models is held in memory for all of them.
@@ -34,19 +34,6 @@ SAMPLES = 16
 CLEAN_DB = 60.0
 # Activations ORT's QDQ quantizer may fold into the layer before them.
 _FOLDED = ("Relu", "Clip")
-
-
-@dataclass(frozen=True)
-class LayerSensitivity:
-    node: str
-    op_type: str
-    tensor: str
-    sqnr_db: float | None  # float vs quantized model at the layer's output
-    loss_db: float | None  # SQNR lost across this layer; larger is more sensitive
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "op_type": self.op_type, "tensor": self.tensor,
-                "sqnr_db": self.sqnr_db, "loss_db": self.loss_db}
 
 
 def layer_sensitivity(float_path: Path, qdq_path: Path, feeds: dict[str, Any],
@@ -95,7 +82,7 @@ def _layer(node: onnx.NodeProto, sqnr: dict[str, float],
 
 def add_sensitivity(report: OptimizeReport, ctx: Context) -> OptimizeReport:
     """Rank the layers of the best-calibrated static model against the float model."""
-    best = best_static(report)
+    best = report.best_static()
     if best is None or best.path is None:
         return report.with_notes("sensitivity: no int8-static model to compare")
     if ctx.calib is None:
@@ -103,17 +90,3 @@ def add_sensitivity(report: OptimizeReport, ctx: Context) -> OptimizeReport:
     feeds = ctx.calib.slice(0, SAMPLES)
     ranking = layer_sensitivity(ctx.base, best.path, feeds, run_batch(ctx.specs), ctx.work)
     return replace(report, sensitivity=tuple(ranking))
-
-
-def best_static(report: OptimizeReport) -> VariantResult | None:
-    """The int8-static variant closest to FP32 on the metric (the first one without one)."""
-    from turboinfer.optimize.settings import Variant
-
-    statics = [v for v in report.usable() if v.variant is Variant.INT8_STATIC]
-    if not statics:
-        return None
-    higher = report.metric.higher_is_better if report.metric else True
-    scored = [(v.metric if higher else -v.metric, v) for v in statics if v.metric is not None]
-    if not scored:
-        return statics[0]
-    return max(scored, key=lambda pair: pair[0])[1]

@@ -1,11 +1,14 @@
-"""What the optimizer is asked to do: variants, calibration, budget. Validated once, here."""
+"""What the optimizer and the tuner are asked to do: variants, calibration, budget, SLO,
+engines. API keywords are parsed and validated once, here, into frozen settings.
+"""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from turboinfer.errors import ConfigError
 
@@ -130,6 +133,101 @@ class OptimizeSettings:
     @property
     def needs_calibration(self) -> bool:
         return Variant.INT8_STATIC in self.variants
+
+
+# Which engine can tune which variant: ORT runs everything it wrote (contrib ops
+# included); OpenVINO reads standard ONNX, QDQ included; torch runs only the FP32 module
+# and is measured as the baseline a user starts from, not as something to serve.
+ENGINE_VARIANTS: dict[str, frozenset[Variant]] = {
+    "onnxruntime": frozenset(Variant),
+    # FP16 is left out: OpenVINO picks its own precision, and the FP32 casts that keep the
+    # file's inputs FP32 take the input names in OpenVINO's reading of the graph.
+    "openvino": frozenset({Variant.FP32, Variant.INT8_STATIC, Variant.MIXED}),
+    "torch": frozenset({Variant.FP32}),
+}
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+# Tune times many candidates x batch sizes, so each point gets a short, fixed window.
+TUNE_MEASURE = MeasureSettings(min_runs=10, min_seconds=0.25)
+
+
+@dataclass(frozen=True)
+class PruneRequest:
+    """``sparsity``: fraction of channels removed; ``epochs``: distillation epochs after
+    pruning (None keeps the pruner's default)."""
+
+    sparsity: float
+    epochs: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.sparsity < 1.0:
+            raise ConfigError(f"--prune sparsity {self.sparsity:g} is not in (0, 1)")
+        if self.epochs is not None and self.epochs < 0:
+            raise ConfigError(f"--prune-epochs must be >= 0, got {self.epochs}")
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """What ``tune`` searches, under which SLO. ``optimize`` builds and judges the
+    variants: its budget is the tune's budget, its measure settings time every point."""
+
+    slo_p99_ms: float
+    optimize: OptimizeSettings
+    engines: tuple[str, ...] = ()  # empty: every installed engine
+    threads: tuple[int, ...] = ()  # empty: 1 and every usable core
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+    name: str | None = None  # repository entry name; default: the model's name
+    prune: PruneRequest | None = None  # also try a pruned model, under the same budget
+
+    def __post_init__(self) -> None:
+        if self.optimize.budget is None:
+            raise ConfigError("tune needs an accuracy budget")
+        if self.slo_p99_ms <= 0:
+            raise ConfigError("the p99 SLO must be > 0 ms")
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise ConfigError("batch sizes must be positive integers")
+        unknown = [e for e in self.engines if e not in ENGINE_VARIANTS]
+        if unknown:
+            raise ConfigError(f"unknown engine {unknown[0]!r}; known: "
+                              f"{', '.join(ENGINE_VARIANTS)}")
+
+    @property
+    def budget(self) -> AccuracyBudget:
+        assert self.optimize.budget is not None  # checked in __post_init__
+        return self.optimize.budget
+
+
+def tune_settings_from(*, slo_p99_ms: float, max_accuracy_drop: str | float,
+                       engines: Sequence[str] | None = None,
+                       variants: Sequence[str] | None = None,
+                       calib_data: str | Path | None = None, calib_count: int | None = None,
+                       batch_sizes: Sequence[int] | None = None,
+                       threads: Sequence[int] | None = None, name: str | None = None,
+                       prune: float | None = None, prune_epochs: int | None = None
+                       ) -> TuneSettings:
+    """Tune settings from the API keywords of ``tune``; None keeps a default."""
+    optimize = settings_from(variants, calib_data=calib_data, calib_count=calib_count,
+                             max_accuracy_drop=max_accuracy_drop, measure=TUNE_MEASURE)
+    return TuneSettings(
+        slo_p99_ms=float(slo_p99_ms), optimize=optimize, engines=tuple(engines or ()),
+        threads=tuple(threads or ()),
+        batch_sizes=BATCH_SIZES if batch_sizes is None else tuple(batch_sizes), name=name,
+        prune=None if prune is None else PruneRequest(float(prune), prune_epochs))
+
+
+def settings_from(variants: Sequence[str] | None = None, **fields: Any) -> OptimizeSettings:
+    """Settings from API keywords, with the same parsing as the command line; keywords
+    left as None keep the defaults of ``OptimizeSettings``."""
+    values = {k: v for k, v in fields.items() if v is not None}
+    if variants is not None:
+        values["variants"] = parse_variants(list(variants))
+    if "calibrations" in values:
+        values["calibrations"] = parse_calibrations(list(values["calibrations"]))
+    budget = values.pop("max_accuracy_drop", None)
+    if budget is not None:
+        values["budget"] = AccuracyBudget.parse(str(budget))
+    if "calib_data" in values:
+        values["calib_data"] = Path(values["calib_data"])
+    return OptimizeSettings(**values)
 
 
 def parse_variants(names: tuple[str, ...] | list[str]) -> tuple[Variant, ...]:

@@ -15,26 +15,12 @@ import orjson
 from turboinfer.engines import ModelArtifact
 from turboinfer.errors import ConfigError
 from turboinfer.models import ResolvedModel
+from turboinfer.optimize.pipeline import run_optimize
 from turboinfer.optimize.report import OptimizeReport
-from turboinfer.optimize.settings import AccuracyBudget, OptimizeSettings
+from turboinfer.optimize.settings import AccuracyBudget, OptimizeSettings, PruneRequest
 
 Progress = Callable[[str], None]
 PREFIX = "pruned-"
-
-
-@dataclass(frozen=True)
-class PruneRequest:
-    """``sparsity``: fraction of channels removed; ``epochs``: distillation epochs after
-    pruning (None keeps the pruner's default)."""
-
-    sparsity: float
-    epochs: int | None = None
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.sparsity < 1.0:
-            raise ConfigError(f"--prune sparsity {self.sparsity:g} is not in (0, 1)")
-        if self.epochs is not None and self.epochs < 0:
-            raise ConfigError(f"--prune-epochs must be >= 0, got {self.epochs}")
 
 
 @dataclass(frozen=True)
@@ -47,22 +33,23 @@ class PrunedVariants:
         return {**self.summary, "optimize": self.report.to_dict()}
 
 
-def check_prunable(resolved: Any) -> None:
+def check_prunable(resolved: ResolvedModel) -> None:
     """Fail before any slow work: the pruner needs the zoo's PyTorch model."""
-    if getattr(resolved, "entry", None) is None:
+    if resolved.entry is None:
         raise ConfigError("--prune needs a built-in model (builtin:NAME); for your own "
                           "torch.nn.Module call turboinfer.prune.prune() and tune its ONNX")
 
 
-def build_pruned(resolved: Any, reference: OptimizeReport, work: Path,
+def build_pruned(resolved: ResolvedModel, reference: OptimizeReport, work: Path,
                  request: PruneRequest, settings: OptimizeSettings,
                  say: Progress) -> PrunedVariants:
     """Prune, then run the optimizer on the pruned ONNX with what is left of the budget."""
-    from turboinfer.optimize.pipeline import run_optimize
+    # why: turboinfer.prune loads torch and Torch-Pruning (seconds), needed only here.
     from turboinfer.prune import DistillSettings, PruneSettings, prune_for_tune
 
     check_prunable(resolved)
     entry = resolved.entry
+    assert entry is not None  # checked by check_prunable
     distill = DistillSettings() if request.epochs is None else DistillSettings(
         epochs=request.epochs)
     say(f"pruning {request.sparsity:g} of the channels")
@@ -111,17 +98,3 @@ def _summary(request: PruneRequest, report_path: Path) -> dict[str, Any]:
     return {"sparsity": request.sparsity, "parameters": data.get("parameters"),
             "macs": data.get("macs"), "metric": data.get("metric"),
             "speedup_p50": data.get("speedup_p50"), "report": str(report_path)}
-
-
-def prune_note(summary: Mapping[str, Any]) -> str:
-    macs = summary.get("macs") or {}
-    metric = summary.get("metric") or {}
-    return (f"pruned {summary['sparsity']:g} of the channels: MACs {macs.get('before')} -> "
-            f"{macs.get('after')}; {metric.get('name')} {_fmt(metric.get('before'))} -> "
-            f"{_fmt(metric.get('after_distillation'))} after distillation; pruned-* "
-            "candidates are judged against the unpruned FP32 model")
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:.4g}"
-

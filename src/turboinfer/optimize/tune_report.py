@@ -5,19 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from turboinfer.optimize.candidates import Measured
 from turboinfer.optimize.report import OptimizeReport, write_json
+from turboinfer.optimize.settings import TuneSettings
 from turboinfer.serve.config import (
     DynamicBatching,
     EngineSettingsConfig,
     ModelConfig,
     write_entry,
 )
-
-if TYPE_CHECKING:
-    from turboinfer.optimize.tuning import TuneSettings
 
 TABLE_COLUMNS = ("candidate", "metric", "budget", "p50@1", "p99@1", "max_batch", "delay_ms",
                  "qps", "slo", "")
@@ -42,8 +40,6 @@ class TuneReport:
 
     @property
     def notes(self) -> list[str]:
-        from turboinfer.optimize.tune_prune import prune_note
-
         notes = list(self.optimize.notes)
         if self.pruning is not None:
             notes.append(prune_note(self.pruning))
@@ -114,3 +110,17 @@ def write_entry_for(repo: Path, name: str, measured: Measured) -> Path:
         engine_settings=EngineSettingsConfig(intra_op_threads=measured.candidate.threads),
     )
     return write_entry(repo, name, measured.candidate.path, config)
+
+
+def prune_note(summary: Mapping[str, Any]) -> str:
+    """What pruning did, from the summary ``tune_prune`` records."""
+    macs = summary.get("macs") or {}
+    metric = summary.get("metric") or {}
+    return (f"pruned {summary['sparsity']:g} of the channels: MACs {macs.get('before')} -> "
+            f"{macs.get('after')}; {metric.get('name')} {_fmt(metric.get('before'))} -> "
+            f"{_fmt(metric.get('after_distillation'))} after distillation; pruned-* "
+            "candidates are judged against the unpruned FP32 model")
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}"

@@ -14,66 +14,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from turboinfer.bench.latency import BenchConfig, bench_session
-from turboinfer.engines import EngineSettings, ModelArtifact, available_engines, load_session
-from turboinfer.errors import ConfigError, TurboinferError
+from turboinfer.engines import (
+    EngineSettings,
+    ModelArtifact,
+    Session,
+    available_engines,
+    load_session,
+)
+from turboinfer.errors import TurboinferError
+from turboinfer.models import ResolvedModel
 from turboinfer.optimize.batching import CurvePoint, plan_batching
-from turboinfer.optimize.candidates import ENGINE_VARIANTS, Candidate, Measured
-from turboinfer.optimize.measure import Judge
-from turboinfer.optimize.pipeline import ensure_writable, resolve, run_optimize
+from turboinfer.optimize.candidates import Candidate, Measured
+from turboinfer.optimize.pipeline import ModelRef, ensure_writable, resolve, run_optimize
 from turboinfer.optimize.report import OptimizeReport, VariantResult
-from turboinfer.optimize.sensitivity import best_static
-from turboinfer.optimize.settings import (
-    AccuracyBudget,
-    CalibrationMethod,
-    MeasureSettings,
-    OptimizeSettings,
-    Variant,
-)
-from turboinfer.optimize.tune_prune import (
-    PrunedVariants,
-    PruneRequest,
-    build_pruned,
-    check_prunable,
-)
+from turboinfer.optimize.settings import ENGINE_VARIANTS, TuneSettings, Variant
+from turboinfer.optimize.tune_prune import PrunedVariants, build_pruned, check_prunable
 from turboinfer.optimize.tune_report import TuneReport, write_entry_for
 
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class TuneSettings:
-    slo_p99_ms: float
-    budget: AccuracyBudget
-    engines: tuple[str, ...] = ()  # empty: every installed engine
-    variants: tuple[Variant, ...] = (Variant.GRAPH, Variant.FP16, Variant.INT8_DYNAMIC,
-                                     Variant.INT8_STATIC, Variant.INT4)
-    calibrations: tuple[CalibrationMethod, ...] = tuple(CalibrationMethod)
-    calib_count: int = 500
-    calib_data: Path | None = None
-    threads: tuple[int, ...] = ()  # empty: 1 and every usable core
-    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-    min_runs: int = 10
-    min_seconds: float = 0.25
-    name: str | None = None  # repository entry name; default: the model's name
-    prune: PruneRequest | None = None  # also try a pruned model, under the same budget
-
-    def __post_init__(self) -> None:
-        if self.slo_p99_ms <= 0:
-            raise ConfigError("the p99 SLO must be > 0 ms")
-        if not self.batch_sizes or min(self.batch_sizes) < 1:
-            raise ConfigError("batch sizes must be positive integers")
-        unknown = [e for e in self.engines if e not in ENGINE_VARIANTS]
-        if unknown:
-            raise ConfigError(f"unknown engine {unknown[0]!r}; known: "
-                              f"{', '.join(ENGINE_VARIANTS)}")
-
-
-def run_tune(model: Any, repo: Path, settings: TuneSettings,
+def run_tune(model: ModelRef, repo: Path, settings: TuneSettings,
              progress: Progress | None = None) -> TuneReport:
     say = progress or (lambda message: None)
     started = time.perf_counter()
@@ -83,8 +48,8 @@ def run_tune(model: Any, repo: Path, settings: TuneSettings,
     name = settings.name or resolved.name.replace("/", "-")
     work = ensure_writable(Path(repo) / name / "tune")
     say("building variants")
-    report = run_optimize(resolved, work / "variants", _optimize_settings(settings), say)
-    sources: list[tuple[OptimizeReport, Any]] = [(report, resolved)]
+    report = run_optimize(resolved, work / "variants", settings.optimize, say)
+    sources: list[tuple[OptimizeReport, ResolvedModel]] = [(report, resolved)]
     pruned = _pruned(resolved, report, work, settings, say)
     if pruned is not None:
         sources.append((pruned.report, pruned.resolved))
@@ -100,15 +65,15 @@ def run_tune(model: Any, repo: Path, settings: TuneSettings,
     return tuned
 
 
-def _pruned(resolved: Any, report: OptimizeReport, work: Path, settings: TuneSettings,
+def _pruned(resolved: ResolvedModel, report: OptimizeReport, work: Path, settings: TuneSettings,
             say: Progress) -> PrunedVariants | None:
     if settings.prune is None:
         return None
-    return build_pruned(resolved, report, work, settings.prune, _optimize_settings(settings),
+    return build_pruned(resolved, report, work, settings.prune, settings.optimize,
                         say)
 
 
-def _measure_all(sources: list[tuple[OptimizeReport, Any]], reference: OptimizeReport,
+def _measure_all(sources: list[tuple[OptimizeReport, ResolvedModel]], reference: OptimizeReport,
                  settings: TuneSettings, say: Progress) -> list[Measured]:
     """Every candidate of every source model, judged on engines against ``reference``."""
     planned = [(c, source) for report, source in sources
@@ -120,22 +85,14 @@ def _measure_all(sources: list[tuple[OptimizeReport, Any]], reference: OptimizeR
     return measured
 
 
-def _optimize_settings(settings: TuneSettings) -> OptimizeSettings:
-    return OptimizeSettings(variants=settings.variants, calibrations=settings.calibrations,
-                            calib_count=settings.calib_count, calib_data=settings.calib_data,
-                            budget=settings.budget,
-                            measure=MeasureSettings(min_runs=settings.min_runs,
-                                                    min_seconds=settings.min_seconds))
-
-
 def _benchmarked(report: OptimizeReport) -> list[VariantResult]:
     """Usable variants, with the int8-static calibrations reduced to the most accurate."""
-    best = best_static(report)
+    best = report.best_static()
     return [v for v in report.usable()
             if v.variant is not Variant.INT8_STATIC or v is best]
 
 
-def _candidates(report: OptimizeReport, resolved: Any,
+def _candidates(report: OptimizeReport, resolved: ResolvedModel,
                 settings: TuneSettings) -> Iterator[Candidate]:
     engines = settings.engines or tuple(e for e in ENGINE_VARIANTS if e in available_engines())
     threads = settings.threads or _default_threads(report)
@@ -155,13 +112,14 @@ def _default_threads(report: OptimizeReport) -> tuple[int, ...]:
     return tuple(sorted({1, cores}))
 
 
-def _measure(candidate: Candidate, resolved: Any, report: OptimizeReport,
+def _measure(candidate: Candidate, resolved: ResolvedModel, report: OptimizeReport,
              settings: TuneSettings) -> Measured:
     artifact = ModelArtifact(resolved.name, candidate.path,
                              resolved.artifact.torch_module if candidate.engine == "torch"
                              else None)
-    config = BenchConfig(engines=(candidate.engine,), min_runs=settings.min_runs,
-                         min_seconds=settings.min_seconds, warmup_runs=2)
+    measure = settings.optimize.measure
+    config = BenchConfig(engines=(candidate.engine,), min_runs=measure.min_runs,
+                         min_seconds=measure.min_seconds, warmup_runs=2)
     try:
         session = load_session(artifact, candidate.engine,
                                EngineSettings(intra_op_threads=candidate.threads))
@@ -178,15 +136,14 @@ def _measure(candidate: Candidate, resolved: Any, report: OptimizeReport,
     return Measured(candidate, tuple(curve), plan_batching(curve, settings.slo_p99_ms))
 
 
-def _engine_metric(candidate: Candidate, session: Any, resolved: Any,
+def _engine_metric(candidate: Candidate, session: Session, resolved: ResolvedModel,
                    report: OptimizeReport, settings: TuneSettings) -> Candidate:
     """The metric on this engine: engines differ in int8 kernels and fused ops, so a
     variant judged on ORT is judged again where it would run."""
     entry = resolved.entry
     if candidate.engine == "onnxruntime" or entry is None or report.metric is None:
         return candidate
-    judge = Judge(entry, entry.evaluation(), None, MeasureSettings())
-    value = float(entry.metric.compute(session.run, judge.evalset))
+    value = float(entry.metric.compute(session.run, entry.evaluation()))
     reference = report.reference.metric
     within = (None if reference is None else
               settings.budget.meets(reference, value, entry.metric.higher_is_better))

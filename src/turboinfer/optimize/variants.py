@@ -1,71 +1,32 @@
 """The registry of variant builders: one function per variant, each writing its files.
 
-A builder only builds (and says why it skipped); judging the files is the pipeline's job,
-so every variant is measured the same way.
+A builder only builds (and says why it skipped); every file is then judged the same way
+(``measure.judge_built``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import onnx
 
-from turboinfer.engines.base import TensorSpec
-from turboinfer.optimize.calibration import CALIBRATORS, CalibrationSet, compute_ranges
+from turboinfer.optimize.calibration import CALIBRATORS
+from turboinfer.optimize.context import Context
 from turboinfer.optimize.fp16 import convert_fp16
 from turboinfer.optimize.graph import optimize_graph
-from turboinfer.optimize.measure import Judge
 from turboinfer.optimize.quantize import (
     INT4_MIN_MATMUL_WEIGHTS,
-    StaticQuant,
     matmul_weight_elements,
     quantize_int4,
     quantize_int8_dynamic,
-    quantize_int8_static,
 )
-from turboinfer.optimize.report import ActivationDecision, Built
-from turboinfer.optimize.settings import CalibrationMethod, OptimizeSettings, Variant
+from turboinfer.optimize.report import Built
+from turboinfer.optimize.settings import Variant
 
 log = logging.getLogger(__name__)
 
 NOTHING_TO_QUANTIZE = "nothing to quantize: the model has no Conv, MatMul, Gemm or RNN layer"
-
-
-@dataclass(frozen=True)
-class Context:
-    """Everything a builder may read. ``base`` is the float model prepared for quantizing."""
-
-    source: Path
-    base: Path
-    out: Path
-    work: Path
-    settings: OptimizeSettings
-    judge: Judge
-    specs: list[TensorSpec]
-    layers: tuple[str, ...]  # weighted nodes of ``base``, graph order
-    calib: CalibrationSet | None = None
-    activation: ActivationDecision | None = None
-    fast_fp16: bool = False
-
-    def ranges(self, method: CalibrationMethod) -> Path:
-        """The cached ranges of ``method``, computed on first use."""
-        cache = self.work / f"ranges-{method.value}.json"
-        if not cache.is_file():
-            if self.calib is None:
-                raise RuntimeError("static quantization without calibration data")
-            compute_ranges(self.base, self.calib, method, self.settings, self.specs, cache)
-        return cache
-
-    def static(self, method: CalibrationMethod, dst: Path,
-               exclude: tuple[str, ...] = ()) -> Path:
-        if self.activation is None:
-            raise RuntimeError("static quantization before the activation type is decided")
-        quant = StaticQuant(method, self.ranges(method), self.activation.chosen, exclude)
-        return quantize_int8_static(self.base, dst, quant)
-
 
 Builder = Callable[[Context], list[Built]]
 
