@@ -13,7 +13,7 @@ import pytest
 from turboinfer.errors import ConfigError, InvalidInputError
 from turboinfer.optimize import MeasureSettings, OptimizeReport, OptimizeSettings, Variant, optimize
 from turboinfer.optimize.measure import open_session
-from turboinfer.optimize.pipeline import settings_from
+from turboinfer.optimize.settings import settings_from
 
 CALIBRATIONS = ("minmax", "entropy", "percentile")
 # Latency is not under test here: a short timing window keeps the suite fast.

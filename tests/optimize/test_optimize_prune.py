@@ -13,7 +13,7 @@ import pytest
 from turboinfer.cli import main
 from turboinfer.errors import ConfigError
 from turboinfer.optimize import tune
-from turboinfer.optimize.tune_prune import PruneRequest
+from turboinfer.optimize.settings import PruneRequest
 
 FAST = {"engines": ["onnxruntime"], "batch_sizes": [1, 4], "threads": [1]}
 
