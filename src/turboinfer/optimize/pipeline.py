@@ -35,6 +35,7 @@ from turboinfer.optimize.variants import BUILDERS, NOTHING_TO_QUANTIZE
 
 log = logging.getLogger(__name__)
 
+# Called with a short status line at each slow step.
 Progress = Callable[[str], None]
 # What the API accepts as a model: a reference to resolve, or a resolved model.
 ModelRef = str | Path | ResolvedModel

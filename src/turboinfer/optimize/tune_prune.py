@@ -5,7 +5,7 @@ that one accuracy budget covers pruning and quantization together.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -15,11 +15,10 @@ import orjson
 from turboinfer.engines import ModelArtifact
 from turboinfer.errors import ConfigError
 from turboinfer.models import ResolvedModel
-from turboinfer.optimize.pipeline import run_optimize
+from turboinfer.optimize.pipeline import Progress, run_optimize
 from turboinfer.optimize.report import OptimizeReport
 from turboinfer.optimize.settings import AccuracyBudget, OptimizeSettings, PruneRequest
 
-Progress = Callable[[str], None]
 PREFIX = "pruned-"
 
 

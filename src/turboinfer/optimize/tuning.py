@@ -13,7 +13,7 @@ short window.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,13 +29,17 @@ from turboinfer.errors import TurboinferError
 from turboinfer.models import ResolvedModel
 from turboinfer.optimize.batching import CurvePoint, plan_batching
 from turboinfer.optimize.candidates import Candidate, Measured
-from turboinfer.optimize.pipeline import ModelRef, ensure_writable, resolve, run_optimize
+from turboinfer.optimize.pipeline import (
+    ModelRef,
+    Progress,
+    ensure_writable,
+    resolve,
+    run_optimize,
+)
 from turboinfer.optimize.report import OptimizeReport, VariantResult
 from turboinfer.optimize.settings import ENGINE_VARIANTS, TuneSettings, Variant
 from turboinfer.optimize.tune_prune import PrunedVariants, build_pruned, check_prunable
 from turboinfer.optimize.tune_report import TuneReport, write_entry_for
-
-Progress = Callable[[str], None]
 
 
 def run_tune(model: ModelRef, repo: Path, settings: TuneSettings,
