@@ -22,10 +22,13 @@ class TurboinferError(Exception):
     grpc_code: str = "INVALID_ARGUMENT"  # a grpc.StatusCode name
     error_type: str = "invalid_request_error"  # OpenAI's error "type"
     retry_after_s: float | None = None  # sent as Retry-After with 429/503
+    param: str | None = None  # the request field at fault, when known (OpenAI's "param")
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        if param is not None:
+            self.param = param
 
     def __str__(self) -> str:
         return self.message
