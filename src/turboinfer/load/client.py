@@ -14,21 +14,15 @@ from typing import Any, Protocol
 import numpy as np
 import orjson
 
-from turboinfer.errors import TurboinferError, UnknownModelError
+from turboinfer.errors import UnknownModelError
 from turboinfer.load.endpoint import Endpoint
+from turboinfer.load.failures import CONNECTION, TIMEOUT, ErrorLog, ServerError
 from turboinfer.load.http_client import HttpClient, Response, build_request
 from turboinfer.load.inputs import ModelInfo, parse_metadata
 from turboinfer.load.protocol import encode_http
 
-TIMEOUT = "timeout"
-CONNECTION = "connection"
-
-
-class ServerError(TurboinferError):
-    """The server cannot be reached or does not answer as an OIP server should."""
-
-    exit_code = 1
-    http_status = 502
+# ServerError stays importable from here, where the load modules have always found it.
+__all__ = ["HttpInferClient", "InferClient", "ServerError", "make_client"]
 
 
 class InferClient(Protocol):
@@ -46,18 +40,6 @@ class InferClient(Protocol):
     def error_details(self) -> dict[str, str]: ...
 
     async def close(self) -> None: ...
-
-
-class ErrorLog:
-    """The first message of each error kind: enough to explain, bounded in memory."""
-
-    def __init__(self) -> None:
-        self.first: dict[str, str] = {}
-
-    def note(self, kind: str, message: str) -> str:
-        if kind not in self.first:
-            self.first[kind] = message
-        return kind
 
 
 class HttpInferClient:
@@ -155,6 +137,7 @@ def make_client(url: str, *, protocol: str, timeout_s: float,
     """The client for ``protocol`` ("http" or "grpc"); call inside a running event loop."""
     endpoint = Endpoint.parse(url, protocol=protocol)
     if protocol == "grpc":
+        # Optional dependency: grpcio and tritonclient load only for a gRPC test.
         from turboinfer.load.grpc_client import GrpcInferClient
 
         return GrpcInferClient(endpoint, timeout_s=timeout_s)

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from turboinfer.errors import MissingDependencyError, UnknownModelError
-from turboinfer.load.client import TIMEOUT, ErrorLog, ServerError
 from turboinfer.load.endpoint import Endpoint
+from turboinfer.load.failures import TIMEOUT, ErrorLog, ServerError
 from turboinfer.load.inputs import ModelInfo, parse_metadata
-from turboinfer.load.protocol import encode_grpc
+from turboinfer.load.protocol import input_datatype, tensor_bytes
 
 try:
     import grpc
@@ -31,7 +31,7 @@ _SERVICE = "/inference.GRPCInferenceService"
 _CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1),
                     ("grpc.max_receive_message_length", -1)]
 
-__all__ = ["GrpcInferClient", "service_pb2"]
+__all__ = ["GrpcInferClient", "encode_grpc"]
 
 
 class GrpcInferClient:
@@ -104,6 +104,17 @@ class GrpcInferClient:
 
     async def close(self) -> None:
         await self._channel.close()
+
+
+def encode_grpc(info: ModelInfo, tensors: Mapping[str, np.ndarray], *,
+                version: str = "") -> bytes:
+    """A serialized ``inference.ModelInferRequest`` with raw input contents."""
+    request = service_pb2.ModelInferRequest(model_name=info.name, model_version=version)
+    for name, array in tensors.items():
+        datatype = input_datatype(info, name)
+        request.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
+        request.raw_input_contents.append(tensor_bytes(array, datatype))
+    return bytes(request.SerializeToString())
 
 
 def _tensor(t: Any) -> dict[str, Any]:

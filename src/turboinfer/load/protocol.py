@@ -45,12 +45,12 @@ def encode_http(info: ModelInfo, tensors: Mapping[str, np.ndarray], *, binary: b
         return HttpPayload(path, body, (("Content-Type", JSON_CONTENT_TYPE),))
     header_inputs, blobs = [], []
     for name, array in tensors.items():
-        blob = tensor_bytes(array, _datatype(info, name))
+        blob = tensor_bytes(array, input_datatype(info, name))
         blobs.append(blob)
         header_inputs.append({
             "name": name,
             "shape": list(array.shape),
-            "datatype": _datatype(info, name),
+            "datatype": input_datatype(info, name),
             "parameters": {"binary_data_size": len(blob)},
         })
     header = orjson.dumps({"inputs": header_inputs,
@@ -61,12 +61,13 @@ def encode_http(info: ModelInfo, tensors: Mapping[str, np.ndarray], *, binary: b
     ))
 
 
-def _datatype(info: ModelInfo, name: str) -> str:
+def input_datatype(info: ModelInfo, name: str) -> str:
+    """The datatype the model declares for input ``name``."""
     return next(spec.datatype for spec in info.inputs if spec.name == name)
 
 
 def _json_tensor(info: ModelInfo, name: str, array: np.ndarray) -> dict[str, Any]:
-    datatype = _datatype(info, name)
+    datatype = input_datatype(info, name)
     if datatype == "BYTES":
         data: list[Any] = [_text(v) for v in array.reshape(-1)]
     else:
@@ -87,16 +88,3 @@ def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
         raw = value if isinstance(value, bytes) else str(value).encode()
         parts.append(struct.pack("<I", len(raw)) + raw)
     return b"".join(parts)
-
-
-def encode_grpc(info: ModelInfo, tensors: Mapping[str, np.ndarray], *,
-                version: str = "") -> bytes:
-    """A serialized ``inference.ModelInferRequest`` with raw input contents."""
-    from turboinfer.load.grpc_client import service_pb2
-
-    request = service_pb2.ModelInferRequest(model_name=info.name, model_version=version)
-    for name, array in tensors.items():
-        datatype = _datatype(info, name)
-        request.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
-        request.raw_input_contents.append(tensor_bytes(array, datatype))
-    return bytes(request.SerializeToString())
