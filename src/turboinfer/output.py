@@ -1,14 +1,14 @@
-"""Printing results: JSON on stdout (nothing else there), tables and progress on a TTY."""
+"""Printing results: JSON on stdout (nothing else there), aligned tables for people.
+
+Progress goes to stderr through ``turboinfer.progress``."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import orjson
-
-T = TypeVar("T")
 
 
 def print_json(data: Any) -> None:
@@ -18,17 +18,6 @@ def print_json(data: Any) -> None:
     )
     sys.stdout.write("\n")
     sys.stdout.flush()
-
-
-def progress(items: Iterable[T], *, total: int | None = None, desc: str = "",
-             enabled: bool = True) -> Iterator[T]:
-    """A progress bar on stderr when it is a terminal and ``enabled`` (not --json)."""
-    if not enabled or not sys.stderr.isatty():
-        yield from items
-        return
-    from tqdm import tqdm
-
-    yield from tqdm(items, total=total, desc=desc, file=sys.stderr, leave=False)
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -44,16 +44,20 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def add_engine_settings(parser: argparse.ArgumentParser) -> None:
+    defaults = EngineSettings()
     group = parser.add_argument_group("engine settings")
-    group.add_argument("--threads", type=int, default=0,
-                       help="intra-op threads (0: engine default)")
+    group.add_argument("--threads", type=int, default=defaults.intra_op_threads,
+                       help="intra-op threads (0: the engine's choice)")
     group.add_argument("--execution-mode", choices=[m.value for m in ExecutionMode],
-                       default=ExecutionMode.SEQUENTIAL.value)
+                       default=defaults.execution_mode.value,
+                       help="operators one after another, or independent ones in parallel")
     group.add_argument("--graph-optimization", choices=[g.value for g in GraphOptimization],
-                       default=GraphOptimization.ALL.value)
+                       default=defaults.graph_optimization.value,
+                       help="how much the engine rewrites the graph before running it")
     group.add_argument("--no-memory-arena", action="store_true",
                        help="disable the engine's memory arena")
-    group.add_argument("--device", choices=["cpu", "cuda", "tensorrt"], default="cpu")
+    group.add_argument("--device", choices=["cpu", "cuda", "tensorrt"], default=defaults.device,
+                       help="where the engine runs")
 
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:

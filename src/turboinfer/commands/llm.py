@@ -15,6 +15,13 @@ if TYPE_CHECKING:
 NAME = "llm"
 HELP = "generate text with the paged-KV LLM engine, or benchmark it"
 
+# EngineConfig's, SamplingParams' and BenchSettings' defaults, repeated (tests check they
+# agree): importing turboinfer.llm loads torch, too slow for every `turboinfer --help`.
+ENGINE_DEFAULTS = {"num_speculative_tokens": 6, "speculative_max_batch": 8,
+                   "quant_group_size": 32, "block_size": 16, "kv_cache_tokens": 16384}
+SAMPLING_DEFAULTS = {"max_tokens": 64, "top_k": 0}
+BENCH_DEFAULTS = {"concurrency": (1, 4, 16), "prompt_len": 64, "gen_len": 64}
+
 BENCH_COLUMNS = ("concurrency", "tokens_per_s", "tokens_per_s_per_request", "ttft_p50_ms",
                  "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "peak_blocks",
                  "kv_slots_unused_pct", "acceptance_rate", "tokens_per_target_forward")
@@ -29,41 +36,56 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                            "shipped draft)")
     spec.add_argument("--ngram", type=positive_int, default=0, metavar="K",
                       help="draft-free speculative decoding with prompt-lookup n-grams up to K")
-    # The same defaults as EngineConfig.num_speculative_tokens and speculative_max_batch
-    # (not imported here: that would load torch for every `turboinfer --help`).
-    parser.add_argument("--num-speculative", type=positive_int, default=6,
-                        help="tokens proposed per step when speculating (default 6, "
-                             "measured best for the demo draft)")
-    parser.add_argument("--speculative-max-batch", type=positive_int, default=8,
-                        help="speculate only while at most this many requests decode "
-                             "together (default 8)")
+    parser.add_argument("--num-speculative", type=positive_int,
+                        default=ENGINE_DEFAULTS["num_speculative_tokens"],
+                        help="tokens proposed per step when speculating (measured best for "
+                             "the demo draft)")
+    parser.add_argument("--speculative-max-batch", type=positive_int,
+                        default=ENGINE_DEFAULTS["speculative_max_batch"],
+                        help="speculate only while at most this many requests decode together")
     parser.add_argument("--quant", choices=["none", "int8", "int4"], default="none",
                         help="weight-only quantization of the linear layers")
-    parser.add_argument("--group-size", type=int, choices=[32, 64, 128, 256], default=32,
-                        help="int4 group size along the input channels (default 32)")
-    parser.add_argument("--block-size", type=positive_int, default=16)
-    parser.add_argument("--kv-cache-tokens", type=positive_int, default=16384)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--group-size", type=int, choices=[32, 64, 128, 256],
+                        default=ENGINE_DEFAULTS["quant_group_size"],
+                        help="int4 group size along the input channels")
+    parser.add_argument("--block-size", type=positive_int,
+                        default=ENGINE_DEFAULTS["block_size"],
+                        help="tokens per KV-cache block")
+    parser.add_argument("--kv-cache-tokens", type=positive_int,
+                        default=ENGINE_DEFAULTS["kv_cache_tokens"],
+                        help="KV-cache capacity in tokens, over all requests")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="llm_command", metavar="ACTION", required=True)
     gen = sub.add_parser("generate", help="generate text, streaming it to the terminal")
     _add_model_options(gen)
-    gen.add_argument("--prompt", required=True)
-    gen.add_argument("--max-tokens", type=int, default=64)
-    gen.add_argument("--temperature", type=float, default=0.8)
-    gen.add_argument("--top-p", type=float, default=0.95)
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--prompt", required=True, help="the text to continue")
+    gen.add_argument("--max-tokens", type=int, default=SAMPLING_DEFAULTS["max_tokens"],
+                     help="tokens to generate at most")
+    # Softer than SamplingParams' plain sampling (temperature 1, top-p 1): the small demo
+    # model reads better so. The help shows both values, so nobody is surprised.
+    gen.add_argument("--temperature", type=float, default=0.8,
+                     help="0: greedy; SamplingParams' own default is 1.0")
+    gen.add_argument("--top-p", type=float, default=0.95,
+                     help="nucleus sampling mass; SamplingParams' own default is 1.0")
+    gen.add_argument("--top-k", type=int, default=SAMPLING_DEFAULTS["top_k"],
+                     help="keep only the K likeliest tokens (0: off)")
+    gen.add_argument("--seed", type=int, default=None,
+                     help="a fixed seed makes the output repeatable")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.set_defaults(_llm_run=_generate)
 
     bench = sub.add_parser("bench", help="throughput and latency at several concurrencies")
     _add_model_options(bench)
-    bench.add_argument("--concurrency", type=comma_list(positive_int), default=(1, 4, 16))
-    bench.add_argument("--prompt-len", type=positive_int, default=64)
-    bench.add_argument("--gen-len", type=positive_int, default=64)
+    bench.add_argument("--concurrency", type=comma_list(positive_int),
+                       default=BENCH_DEFAULTS["concurrency"],
+                       help="requests in flight together, one run per level")
+    bench.add_argument("--prompt-len", type=positive_int, default=BENCH_DEFAULTS["prompt_len"],
+                       help="prompt tokens per request")
+    bench.add_argument("--gen-len", type=positive_int, default=BENCH_DEFAULTS["gen_len"],
+                       help="generated tokens per request")
     bench.add_argument("--mixed", action="store_true",
                        help="draw each request's lengths from [len/4, len]")
     bench.add_argument("--json", action="store_true", help="machine-readable output")
@@ -75,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> LLM:
+    # Here and in the functions below, not at the top: turboinfer.llm loads torch.
     from turboinfer.llm import LLM, EngineConfig, demo_model_dir
 
     config = EngineConfig(block_size=args.block_size, kv_cache_tokens=args.kv_cache_tokens,

@@ -10,13 +10,16 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from turboinfer.commands._args import comma_list, input_shape, positive_int
 from turboinfer.errors import ConfigError
-
-if TYPE_CHECKING:
-    from turboinfer.load.session import LoadSettings
+from turboinfer.load.compare import compare_files, format_comparison
+from turboinfer.load.loadgen import LoadgenSettings, format_loadgen, run_loadgen
+from turboinfer.load.report import format_report, to_json, write_json
+from turboinfer.load.scenarios import Scenario, ScenarioSettings
+from turboinfer.load.session import LoadSettings, error_verdict, run_load
+from turboinfer.output import print_json
+from turboinfer.progress import ProgressDisplay
 
 NAME = "load"
 HELP = "load-test an inference server (OIP v2: turboinfer, Triton, KServe, MLServer)"
@@ -25,6 +28,9 @@ COMPARE = "compare"
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 SCENARIO_DEFAULTS = {"soak": {"duration": 600.0, "window": 10.0}}
+# Defaults come from the settings objects, so the help and the library agree.
+_SCENARIO = ScenarioSettings()
+_LOAD = LoadSettings(url="", model="")
 
 
 def duration_or_zero(text: str) -> float:
@@ -66,66 +72,74 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("what to send")
     group.add_argument("--model", help="model name on the server (required for a load test)")
-    group.add_argument("--model-version", default="", help="version (default: server's)")
-    group.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    group.add_argument("--model-version", default=_LOAD.version,
+                       help="version (empty: the server's choice)")
+    group.add_argument("--protocol", choices=["http", "grpc"], default=_LOAD.protocol,
+                       help="the server's protocol")
     encoding = group.add_mutually_exclusive_group()
     encoding.add_argument("--binary", dest="binary", action="store_true", default=True,
-                          help="HTTP tensors in the binary data extension (default)")
+                          help="HTTP tensors in the binary data extension (the default)")
     encoding.add_argument("--json-tensors", dest="binary", action="store_false",
                           help="HTTP tensors as JSON lists")
     group.add_argument("--input-data", type=Path, metavar="FILE.npz",
                        help="tensors keyed by input name (default: random, from metadata)")
     group.add_argument("--shape", type=input_shape, action="append", default=[],
                        metavar="NAME=D1xD2", help="full shape of an input with dynamic axes")
-    group.add_argument("--batch-size", type=positive_int, default=1,
-                       help="rows per request when the first axis is dynamic (default 1)")
-    group.add_argument("--timeout", type=duration, default=30.0, help="per request (30s)")
-    group.add_argument("--max-connections", type=positive_int, default=1024,
-                       help="open-loop connection cap (default 1024)")
+    group.add_argument("--batch-size", type=positive_int, default=_LOAD.batch_size,
+                       help="rows per request when the first axis is dynamic")
+    group.add_argument("--timeout", type=duration, default=_SCENARIO.timeout_s,
+                       help="per request, in seconds or with a unit (500ms, 1m)")
+    group.add_argument("--max-connections", type=positive_int, default=_LOAD.max_connections,
+                       help="open-loop connection cap")
     group.add_argument("--metrics-url", default=None,
-                       help="Prometheus endpoint (default URL/metrics for HTTP)")
+                       help="Prometheus endpoint (default: URL/metrics for HTTP)")
     group.add_argument("--no-metrics", action="store_true", help="do not scrape /metrics")
 
 
 def _add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("scenario")
-    group.add_argument("--scenario", default="single",
-                       choices=["single", "concurrency", "poisson", "maxrate", "soak"])
-    group.add_argument("--concurrency", type=comma_list(positive_int), default=(1, 4, 16, 64),
-                       help="closed-loop levels (default 1,4,16,64)")
-    group.add_argument("--rate", type=positive_float, default=0.0,
+    group.add_argument("--scenario", default=_SCENARIO.scenario.value,
+                       choices=[s.value for s in Scenario], help="what load to apply")
+    group.add_argument("--concurrency", type=comma_list(positive_int),
+                       default=_SCENARIO.concurrency,
+                       help="closed-loop levels")
+    group.add_argument("--rate", type=positive_float, default=_SCENARIO.rate,
                        help="Poisson arrivals per second (poisson, soak)")
-    group.add_argument("--p99-ms", type=positive_float, default=0.0,
+    group.add_argument("--p99-ms", type=positive_float, default=_SCENARIO.p99_ms,
                        help="latency bound for maxrate")
     group.add_argument("--duration", type=duration, default=None,
-                       help="single/poisson/soak run length (10s; soak 10m)")
+                       help="single/poisson/soak run length (default: 10s; soak 10m)")
     group.add_argument("--window", type=duration, default=None,
-                       help="measurement window (1s; soak 10s)")
-    group.add_argument("--max-windows", type=positive_int, default=10,
+                       help="measurement window (default: 1s; soak 10s)")
+    group.add_argument("--max-windows", type=positive_int, default=_SCENARIO.max_windows,
                        help="windows per concurrency level before giving up on stability")
-    group.add_argument("--stability", type=positive_float, default=0.10,
-                       help="last 3 windows agree within this fraction (0.10)")
-    group.add_argument("--trial-duration", type=duration, default=5.0,
-                       help="maxrate: length of each trial (5s)")
-    group.add_argument("--max-trials", type=positive_int, default=10)
-    group.add_argument("--probe-concurrency", type=positive_int, default=16,
-                       help="maxrate: closed-loop level that estimates capacity (16)")
-    group.add_argument("--max-error-rate", type=positive_float, default=0.01,
-                       help="failures allowed before a run counts as failed (0.01)")
-    group.add_argument("--warmup", type=duration_or_zero, default=1.0,
-                       help="unmeasured load before each run (1s)")
-    group.add_argument("--max-requests", type=int, default=0,
+    group.add_argument("--stability", type=positive_float, default=_SCENARIO.stability,
+                       help="last 3 windows agree within this fraction")
+    group.add_argument("--trial-duration", type=duration, default=_SCENARIO.trial_s,
+                       help="maxrate: length of each trial, in seconds")
+    group.add_argument("--max-trials", type=positive_int, default=_SCENARIO.max_trials,
+                       help="maxrate: trials of the rate search at most")
+    group.add_argument("--probe-concurrency", type=positive_int,
+                       default=_SCENARIO.probe_concurrency,
+                       help="maxrate: closed-loop level that estimates capacity")
+    group.add_argument("--max-error-rate", type=positive_float,
+                       default=_SCENARIO.max_error_rate,
+                       help="failures allowed before a run counts as failed")
+    group.add_argument("--warmup", type=duration_or_zero, default=_SCENARIO.warmup_s,
+                       help="unmeasured load before each run, in seconds")
+    group.add_argument("--max-requests", type=int, default=_SCENARIO.max_requests,
                        help="stop a run after this many requests (0: no limit)")
-    group.add_argument("--seed", type=int, default=0)
-    group.add_argument("--min-duration", type=duration_or_zero, default=1.0,
-                       help="validity: shortest acceptable run (1s)")
-    group.add_argument("--min-requests", type=int, default=100,
-                       help="validity: fewest acceptable successes per run (100)")
+    group.add_argument("--seed", type=int, default=_SCENARIO.seed,
+                       help="seed of the random inputs and arrival times")
+    group.add_argument("--min-duration", type=duration_or_zero, default=_LOAD.min_duration_s,
+                       help="validity: shortest acceptable run, in seconds")
+    group.add_argument("--min-requests", type=int, default=_LOAD.min_requests,
+                       help="validity: fewest acceptable successes per run")
     group.add_argument("--loadgen", choices=["singlestream", "server", "offline"],
                        help="run MLPerf LoadGen (mlcommons-loadgen) instead of a scenario; "
                             "--duration, --rate and --p99-ms carry over")
     group.add_argument("--loadgen-logs", type=Path, default=Path("mlperf-logs"),
-                       help="folder for LoadGen's logs (default ./mlperf-logs)")
+                       help="folder for LoadGen's logs")
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,7 +149,7 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also write the JSON report here (for 'load compare')")
     group.add_argument("--html", type=Path, metavar="FILE.html",
                        help="a self-contained HTML report with charts")
-    group.add_argument("--quiet", action="store_true", help="no live progress line")
+    group.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,17 +165,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_load(args: argparse.Namespace) -> int:
-    from turboinfer.load.html import write_html
-    from turboinfer.load.report import format_report, to_json, write_json
-    from turboinfer.load.session import error_verdict, run_load
-
     settings = load_settings(args)
-    progress = ProgressLine(enabled=not (args.json or args.quiet))
-    report = run_load(settings, progress=progress)
-    progress.clear()
+    with ProgressDisplay(enabled=not args.quiet) as display:
+        report = run_load(settings, progress=display.update)
     if args.output:
         write_json(report, args.output)
     if args.html:
+        # Here, not at the top: the HTML report's charting code is needed only for --html.
+        from turboinfer.load.html import write_html
+
         write_html(report, args.html)
     if args.json:
         sys.stdout.write(to_json(report).decode() + "\n")
@@ -175,15 +187,12 @@ def _run_load(args: argparse.Namespace) -> int:
 
 
 def load_settings(args: argparse.Namespace) -> LoadSettings:
-    from turboinfer.load.scenarios import Scenario, ScenarioSettings
-    from turboinfer.load.session import LoadSettings
-
     defaults = SCENARIO_DEFAULTS.get(args.scenario, {})
     scenario = ScenarioSettings(
         scenario=Scenario(args.scenario),
-        duration_s=args.duration or defaults.get("duration", 10.0),
+        duration_s=args.duration or defaults.get("duration", _SCENARIO.duration_s),
         concurrency=args.concurrency, rate=args.rate, p99_ms=args.p99_ms,
-        window_s=args.window or defaults.get("window", 1.0),
+        window_s=args.window or defaults.get("window", _SCENARIO.window_s),
         max_windows=args.max_windows, stability=args.stability,
         trial_s=args.trial_duration, max_trials=args.max_trials,
         probe_concurrency=args.probe_concurrency, max_error_rate=args.max_error_rate,
@@ -201,30 +210,11 @@ def load_settings(args: argparse.Namespace) -> LoadSettings:
     )
 
 
-class ProgressLine:
-    """A live line on stderr when it is a terminal; nothing otherwise."""
-
-    def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-
-    def __call__(self, line: str) -> None:
-        if self.enabled:
-            print(f"\r\033[K{line}", end="", file=sys.stderr, flush=True)
-
-    def clear(self) -> None:
-        if self.enabled:
-            print("\r\033[K", end="", file=sys.stderr, flush=True)
-
-
 def _run_compare(args: argparse.Namespace) -> int:
-    from turboinfer.load.compare import compare_files, format_comparison
-
     if len(args.reports) != 2:
         raise ConfigError("usage: turboinfer load compare BASELINE.json CANDIDATE.json")
     comparison = compare_files(Path(args.reports[0]), Path(args.reports[1]))
     if args.json:
-        from turboinfer.output import print_json
-
         print_json(comparison)
     else:
         print(format_comparison(comparison))
@@ -232,8 +222,6 @@ def _run_compare(args: argparse.Namespace) -> int:
 
 
 def _run_loadgen(args: argparse.Namespace) -> int:
-    from turboinfer.load.loadgen import LoadgenSettings, format_loadgen, run_loadgen
-
     summary = run_loadgen(load_settings(args), LoadgenSettings(
         mode=args.loadgen, output_dir=args.loadgen_logs, min_query_count=args.min_requests))
     print(format_loadgen(summary))

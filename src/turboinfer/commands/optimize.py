@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from turboinfer.commands._args import comma_list, positive_int
 from turboinfer.output import format_table, print_json
+from turboinfer.progress import ProgressDisplay
 
 NAME = "optimize"
 HELP = "write graph/fp16/int8/int4 variants of a model with accuracy and latency per variant"
+
+# OptimizeSettings' defaults, repeated (tests check they agree): importing anything from
+# turboinfer.optimize loads onnx and onnxruntime, too slow for `turboinfer --help`.
+VARIANTS = ("graph", "fp16", "int8-dynamic", "int8-static", "int4")
+CALIBRATIONS = ("minmax", "entropy", "percentile")
+CALIB_COUNT = 500
 
 COLUMNS = ("variant", "metric", "delta", "budget", "p50_ms", "p99_ms", "size_kb", "note")
 
@@ -20,15 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="builtin:NAME or a path to an .onnx file")
     parser.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     parser.add_argument("--variants", type=comma_list(str),
-                        default=("graph", "fp16", "int8-dynamic", "int8-static", "int4"),
+                        default=VARIANTS,
                         help="comma list of graph, fp16, int8-dynamic, int8-static, int4")
     parser.add_argument("--calibration", type=comma_list(str),
-                        default=("minmax", "entropy", "percentile"),
+                        default=CALIBRATIONS,
                         help="comma list of minmax, entropy, percentile (int8-static)")
     parser.add_argument("--calib-data", type=Path,
                         help=".npz (one array per input name) or a folder of NAME.npy")
-    parser.add_argument("--calib-count", type=positive_int, default=500,
-                        help="calibration samples (default 500)")
+    parser.add_argument("--calib-count", type=positive_int, default=CALIB_COUNT,
+                        help="calibration samples")
     parser.add_argument("--random-calibration", action="store_true",
                         help="calibrate on random data (meaningless for accuracy; testing only)")
     parser.add_argument("--sensitivity", action="store_true",
@@ -40,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: turboinfer.optimize loads onnx and onnxruntime (slow --help).
     from turboinfer.optimize import optimize
     from turboinfer.optimize.pipeline import settings_from
 
@@ -47,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
         args.variants, calibrations=args.calibration, calib_data=args.calib_data,
         calib_count=args.calib_count, random_calibration=args.random_calibration,
         sensitivity=args.sensitivity, max_accuracy_drop=args.max_accuracy_drop)
-    progress = None if args.json or not sys.stderr.isatty() else show_progress
-    report = optimize(args.model, args.output, settings=settings, progress=progress)
+    with ProgressDisplay() as display:
+        report = optimize(args.model, args.output, settings=settings, progress=display.stage)
     if args.json:
         print_json(report.to_dict())
         return 0
@@ -56,14 +63,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_progress(message: str) -> None:
-    """One self-overwriting status line on stderr (only on a terminal)."""
-    print(f"\r\033[K{message} ...", end="", file=sys.stderr, flush=True)
-
-
 def _print_report(report: Any) -> None:
-    if sys.stderr.isatty():
-        print("\r\033[K", end="", file=sys.stderr)
     metric = report.metric
     print(f"model: {report.model}" + (f"  metric: {metric.name} ({metric.unit})"
                                       if metric else "  metric: none"))

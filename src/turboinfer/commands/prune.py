@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from turboinfer.commands._args import comma_list, positive_int
 from turboinfer.errors import ConfigError
 from turboinfer.output import print_json
+from turboinfer.progress import ProgressDisplay
 
 if TYPE_CHECKING:
     from turboinfer.prune.settings import PruneSettings
@@ -25,35 +25,47 @@ def _fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+# PruneSettings', DistillSettings' and LatencySettings' defaults, repeated (tests check
+# they agree): importing turboinfer.prune loads torch, too slow for `turboinfer --help`.
+DEFAULTS = {"target_sparsity": 0.5, "steps_per_phase": 2, "temperature": 4.0, "seed": 0,
+            "latency_batch": 1}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="builtin:NAME (pruning needs the PyTorch model)")
-    parser.add_argument("--target-sparsity", type=_fraction, default=0.5,
+    parser.add_argument("--target-sparsity", type=_fraction, default=DEFAULTS["target_sparsity"],
                         help="fraction of each prunable layer's channels/heads to remove, in "
-                             "(0, 1) (default 0.5)")
+                             "(0, 1)")
     parser.add_argument("--schedule", default=None, metavar="CRIT:AMOUNT,...",
                         help="e.g. l1:0.3,taylor:0.2; amounts add up to the target "
                              "(default: L1 for 60%% of it, then Taylor)")
-    parser.add_argument("--steps-per-phase", type=positive_int, default=2)
+    parser.add_argument("--steps-per-phase", type=positive_int,
+                        default=int(DEFAULTS["steps_per_phase"]),
+                        help="pruning steps per schedule phase, each followed by fine-tuning")
     parser.add_argument("--distill-epochs", type=int, default=None,
-                        help="passes over the training data (default 10; builtin:minilm 2: "
+                        help="passes over the training data (default: 10; builtin:minilm 2: "
                              "its epoch is ~51,000 texts plus --train-data)")
-    parser.add_argument("--temperature", type=float, default=4.0)
+    parser.add_argument("--temperature", type=float, default=DEFAULTS["temperature"],
+                        help="distillation softmax temperature")
     parser.add_argument("--lr", type=float, default=None,
-                        help="distillation learning rate (default 1e-4; builtin:minilm 3e-4)")
+                        help="distillation learning rate (default: 1e-4; builtin:minilm 3e-4)")
     parser.add_argument("--train-data", type=Path, default=None, metavar="PATH",
                         help=".npz with one array per model input (+ 'labels'); for "
                              "builtin:minilm a text file, one sentence per line, added to "
                              "the bundled sentences")
     parser.add_argument("--protect", type=comma_list(str), default=("first", "last"),
-                        help="layers whose output channels stay: first,last (default), "
-                             "last, first, or none")
+                        help="layers whose output channels stay: first,last, last, first, "
+                             "or none")
     parser.add_argument("--semi-structured", action="store_true",
                         help="also impose 2:4 sparsity (pays only on sparse tensor cores)")
     parser.add_argument("--batch-size", type=positive_int, default=None,
-                        help="training batch for Taylor ranking and distillation (default 64; "
+                        help="training batch for Taylor ranking and distillation (default: 64; "
                              "builtin:minilm 32)")
-    parser.add_argument("--latency-batch", type=positive_int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--latency-batch", type=positive_int,
+                        default=int(DEFAULTS["latency_batch"]),
+                        help="batch size of the before/after latency measurement")
+    parser.add_argument("--seed", type=int, default=int(DEFAULTS["seed"]),
+                        help="seed of the data order and the training")
     parser.add_argument("--train-threads", type=int, default=0,
                         help="torch threads for ranking and distillation (0: torch default; "
                              "1 is often faster for small models on a busy machine)")
@@ -62,6 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here and in build_settings, not at the top: turboinfer.prune loads torch.
     from turboinfer.prune.measure import LatencySettings
     from turboinfer.prune.pipeline import prune_builtin
     from turboinfer.prune.report import format_text
@@ -71,10 +84,10 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.train_threads)
-    if not args.json and sys.stderr.isatty():
-        print(f"pruning {args.model} to {settings.target_sparsity:g} ...", file=sys.stderr)
-    report = prune_builtin(args.model, settings, args.output, train_path=args.train_data,
-                           latency=LatencySettings(batch_size=args.latency_batch))
+    with ProgressDisplay() as display:
+        display.stage(f"pruning {args.model} to {settings.target_sparsity:g}")
+        report = prune_builtin(args.model, settings, args.output, train_path=args.train_data,
+                               latency=LatencySettings(batch_size=args.latency_batch))
     data = report.to_dict()
     if args.json:
         print_json(data)
@@ -85,7 +98,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def build_settings(args: argparse.Namespace) -> PruneSettings:
-    # Imported here: torch and Torch-Pruning load only when the command runs, not for --help.
     from turboinfer.prune.settings import (
         BUILTIN_TRAINING,
         DistillSettings,

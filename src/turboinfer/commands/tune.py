@@ -4,11 +4,11 @@ written as a model-repository entry for ``turboinfer serve``."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from turboinfer.commands._args import comma_list, positive_int
 from turboinfer.output import format_table, print_json
+from turboinfer.progress import ProgressDisplay
 
 NAME = "tune"
 HELP = "search variants x engines x settings under a latency SLO and accuracy budget"
@@ -25,11 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engines", type=comma_list(str),
                         help="comma list of onnxruntime, openvino, torch (default: installed)")
     parser.add_argument("--variants", type=comma_list(str),
-                        help="comma list (default graph,fp16,int8-dynamic,int8-static,int4)")
+                        help="comma list (default: graph,fp16,int8-dynamic,int8-static,int4)")
     parser.add_argument("--batch-sizes", type=comma_list(positive_int),
-                        help="comma list (default 1,2,4,8,16,32)")
+                        help="comma list (default: 1,2,4,8,16,32)")
     parser.add_argument("--threads", type=comma_list(positive_int),
-                        help="intra-op thread counts to try (default 1 and all usable cores)")
+                        help="intra-op thread counts to try (default: 1 and all usable cores)")
     parser.add_argument("--calib-data", type=Path, help=".npz or folder of .npy")
     parser.add_argument("--calib-count", type=positive_int)
     parser.add_argument("--prune", type=float, metavar="S",
@@ -42,19 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from turboinfer.commands.optimize import show_progress
+    # Here, not at the top: turboinfer.optimize loads onnx and onnxruntime (slow --help).
     from turboinfer.optimize import tune
     from turboinfer.optimize.tune_report import TABLE_COLUMNS
 
-    report = tune(args.model, args.output, slo_p99_ms=args.slo_p99_ms,
-                  max_accuracy_drop=args.max_accuracy_drop, engines=args.engines,
-                  variants=args.variants, calib_data=args.calib_data,
-                  calib_count=args.calib_count, batch_sizes=args.batch_sizes,
-                  threads=args.threads, name=args.name,
-                  prune=args.prune, prune_epochs=args.prune_epochs,
-                  progress=None if args.json or not sys.stderr.isatty() else show_progress)
-    if not args.json and sys.stderr.isatty():
-        print("\r\033[K", end="", file=sys.stderr)
+    with ProgressDisplay() as display:
+        report = tune(args.model, args.output, slo_p99_ms=args.slo_p99_ms,
+                      max_accuracy_drop=args.max_accuracy_drop, engines=args.engines,
+                      variants=args.variants, calib_data=args.calib_data,
+                      calib_count=args.calib_count, batch_sizes=args.batch_sizes,
+                      threads=args.threads, name=args.name,
+                      prune=args.prune, prune_epochs=args.prune_epochs,
+                      progress=display.stage)
     if args.json:
         print_json(report.to_dict())
         return 0
