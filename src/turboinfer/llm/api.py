@@ -29,7 +29,8 @@ def demo_model_dir(name: str = "model") -> Path:
     folder = DEMO_DIR / name
     if not (folder / "model.safetensors").is_file():
         raise UnknownModelError(f"demo {name} not found at {folder}; "
-                                "train it with `python -m turboinfer.llm.train_demo`")
+                                "train it with `python scripts/train_demo_llm.py` from a "
+                                "source checkout")
     return folder
 
 
