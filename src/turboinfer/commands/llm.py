@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.commands._llm_load import add_load_parser
 from turboinfer.output import format_table, print_json
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="draw each request's lengths from [len/4, len]")
     bench.add_argument("--json", action="store_true", help="machine-readable output")
     bench.set_defaults(_llm_run=_bench)
+    add_load_parser(sub)
 
 
 def run(args: argparse.Namespace) -> int:
