@@ -1,125 +1,202 @@
-"""``report.html`` for tune: self-contained (inline SVG, no scripts, no downloads).
+"""``report.html`` for tune, drawn from the plain dict that ``report.json`` holds.
 
-Two plots: p99 latency against batch size, one line per candidate; and metric against
-batch-1 latency, one point per candidate. The chosen candidate is drawn in red.
+Two interactive charts: p99 latency against batch size per candidate with the SLO as a
+line; the metric against batch-1 latency with the Pareto front, the accuracy budget and
+the chosen point. Then the candidates, the optimizer's variants and the notes as tables.
+Working from the dict (not the report object) lets the page be redrawn from any
+``report.json`` and keeps this module free of the tuner's types.
 """
 
 from __future__ import annotations
 
-import html
-import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
 
-from turboinfer.output import format_table
+import plotly.graph_objects as go
 
-if TYPE_CHECKING:
-    from turboinfer.optimize.tune_report import TuneReport
+from turboinfer import charts
 
-WIDTH, HEIGHT, PAD = 640, 360, 50
-PALETTE = ("#4e79a7", "#f28e2b", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-           "#9c755f", "#bab0ac")
-CHOSEN = "#d62728"
-
-Point = tuple[float, float]
+Row = Mapping[str, Any]
+CANDIDATE_COLUMNS = ("candidate", "metric", "budget", "p50@1 ms", "p99@1 ms", "max batch",
+                     "queue delay ms", "samples/s", "plan p99 ms", "SLO", "role", "notes")
+VARIANT_COLUMNS = ("variant", "kind", "calibration", "metric", "delta", "budget",
+                   "p50 ms", "p99 ms", "size MB")
 
 
-def _scale(values: Sequence[float]) -> tuple[float, float]:
-    low, high = min(values), max(values)
-    if high - low < 1e-12:
-        low, high = low - 1.0, high + 1.0
-    return low, high
+def render_tune_html(data: Mapping[str, Any]) -> str:
+    """The page for one ``TuneReport.to_dict()``."""
+    candidates: list[Row] = list(data.get("candidates") or [])
+    chosen = _chosen_index(data, candidates)
+    body = [f"<h1>tune: {escape(str(data['model']))}</h1>", _summary(data),
+            charts.bullets(data.get("notes") or []),
+            "<h2>p99 latency against batch size</h2>",
+            charts.chart(latency_chart(candidates, chosen, data["slo_p99_ms"]),
+                         "latency-vs-batch"),
+            "<h2>Metric against latency at batch 1</h2>",
+            charts.chart(accuracy_chart(data, candidates, chosen), "metric-vs-latency"),
+            "<h2>Candidates</h2>", candidate_table(candidates, chosen)]
+    variants = (data.get("optimize") or {}).get("variants") or []
+    if variants:
+        body += ["<h2>Variants</h2>", variant_table(variants)]
+    return charts.page(f"turboinfer tune: {data['model']}", body)
 
 
-def _log(value: float) -> float:
-    return math.log10(max(value, 1e-9))
+def _chosen_index(data: Mapping[str, Any], candidates: Sequence[Row]) -> int | None:
+    chosen = data.get("chosen")
+    labels = [c["label"] for c in candidates]
+    return labels.index(chosen["label"]) if chosen and chosen["label"] in labels else None
 
 
-def _svg(series: Sequence[tuple[str, Sequence[Point], str, bool]], x_label: str,
-         y_label: str, lines: bool, log_x: bool = False, log_y: bool = False) -> str:
-    """An SVG plot of ``(label, points, colour, highlighted)`` series.
-
-    Latency axes are logarithmic: one slow baseline (torch eager, an overloaded thread
-    setting) would otherwise flatten every other curve against the axis.
-    """
-    fx = _log if log_x else float
-    fy = _log if log_y else float
-    xs = [fx(x) for _, pts, _, _ in series for x, _ in pts] or [0.0]
-    ys = [fy(y) for _, pts, _, _ in series for _, y in pts] or [0.0]
-    (x0, x1), (y0, y1) = _scale(xs), _scale(ys)
-    shown_x = (lambda v: 10**v) if log_x else (lambda v: v)
-    shown_y = (lambda v: 10**v) if log_y else (lambda v: v)
-
-    def at(x: float, y: float) -> str:
-        px = PAD + (fx(x) - x0) / (x1 - x0) * (WIDTH - 2 * PAD)
-        py = HEIGHT - PAD - (fy(y) - y0) / (y1 - y0) * (HEIGHT - 2 * PAD)
-        return f"{px:.1f},{py:.1f}"
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}">',
-             f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white" stroke="#ccc"/>',
-             f'<text x="{WIDTH / 2}" y="{HEIGHT - 10}" text-anchor="middle">{x_label}</text>',
-             f'<text x="12" y="{HEIGHT / 2}" transform="rotate(-90 12 {HEIGHT / 2})" '
-             f'text-anchor="middle">{y_label}</text>',
-             f'<text x="{PAD}" y="{HEIGHT - PAD + 15}">{shown_x(x0):.3g}</text>',
-             f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 15}" '
-             f'text-anchor="end">{shown_x(x1):.3g}</text>',
-             f'<text x="{PAD - 5}" y="{HEIGHT - PAD}" text-anchor="end">{shown_y(y0):.4g}</text>',
-             f'<text x="{PAD - 5}" y="{PAD}" text-anchor="end">{shown_y(y1):.4g}</text>']
-    for label, points, colour, chosen in series:
-        width = 3 if chosen else 1.5
-        title = f"<title>{html.escape(label)}</title>"
-        if lines and len(points) > 1:
-            path = " ".join(at(x, y) for x, y in points)
-            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
-                         f'stroke-width="{width}">{title}</polyline>')
-        for x, y in points:
-            cx, cy = at(x, y).split(",")
-            parts.append(f'<circle cx="{cx}" cy="{cy}" r="{6 if chosen else 4}" '
-                         f'fill="{colour}">{title}</circle>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+def _summary(data: Mapping[str, Any]) -> str:
+    chosen = data.get("chosen")
+    machine = data.get("machine") or {}
+    rows = [("model", data["model"]), ("SLO", f"p99 <= {data['slo_p99_ms']:g} ms"),
+            ("accuracy budget", f"drop <= {data['max_accuracy_drop']}"),
+            ("chosen", chosen["label"] if chosen else "nothing chosen"),
+            ("entry", data.get("entry") or "-"),
+            ("machine", f"{machine.get('cpu', '?')}, "
+                        f"{machine.get('logical_cores', '?')} logical cores"),
+            ("elapsed", f"{data.get('elapsed_s', 0):g} s")]
+    return charts.fields(rows)
 
 
-def _legend(series: Sequence[tuple[str, Sequence[Point], str, bool]]) -> str:
-    items = [f'<span style="color:{c}">&#9679; {html.escape(label)}'
-             f'{" (chosen)" if chosen else ""}</span>' for label, _, c, chosen in series]
-    return "<p>" + " &nbsp; ".join(items) + "</p>"
+def _name(c: Row, index: int, chosen: int | None) -> str:
+    if index == chosen:
+        return f"{c['label']} (chosen)"
+    return c["label"] if c.get("servable", True) else f"{c['label']} (baseline)"
 
 
-def render_tune_html(report: TuneReport) -> str:
-    curves, scatter = [], []
-    for index, m in enumerate(report.candidates):
-        chosen = index == report.chosen
-        colour = CHOSEN if chosen else PALETTE[index % len(PALETTE)]
-        label = m.candidate.label
-        if m.curve:
-            curves.append((label, [(p.batch_size, p.p99_ms) for p in m.curve], colour, chosen))
-            if m.candidate.metric is not None:
-                scatter.append((label, [(m.curve[0].p50_ms, m.candidate.metric)], colour,
-                                chosen))
-    from turboinfer.optimize.tune_report import TABLE_COLUMNS
+def latency_chart(candidates: Sequence[Row], chosen: int | None, slo_ms: float) -> go.Figure:
+    """One line per candidate; both axes logarithmic, since one slow baseline would
+    otherwise flatten every other curve."""
+    fig = charts.figure("p99 latency against batch size", "batch size", "p99 latency (ms)",
+                        log_x=True, log_y=True)
+    sizes: set[int] = set()
+    for index, c in enumerate(candidates):
+        curve = c.get("curve") or []
+        if not curve:
+            continue
+        sizes.update(p["batch_size"] for p in curve)
+        look, top = charts.style(index), index == chosen
+        fig.add_trace(go.Scatter(
+            x=[p["batch_size"] for p in curve], y=[p["p99_ms"] for p in curve],
+            customdata=[[p["p50_ms"], p["qps"]] for p in curve],
+            name=_name(c, index, chosen), legendgroup=c["label"], mode="lines+markers",
+            line={"color": charts.HIGHLIGHT if top else look.colour, "width": 4 if top else 1.8,
+                  "dash": look.dash if c.get("servable", True) else "dot"},
+            marker={"symbol": "star" if top else look.symbol, "size": 13 if top else 7},
+            hovertemplate="<b>%{fullData.name}</b><br>batch %{x}<br>p99 %{y:.3f} ms<br>"
+                          "p50 %{customdata[0]:.3f} ms<br>%{customdata[1]:,.0f} samples/s"
+                          "<extra></extra>"))
+    charts.horizontal_line(fig, slo_ms, f"SLO p99 {slo_ms:g} ms")
+    fig.update_xaxes(tickvals=sorted(sizes), ticktext=[str(s) for s in sorted(sizes)])
+    return fig
 
-    table = format_table(TABLE_COLUMNS, report.table_rows())
-    metric = report.optimize.metric
-    metric_label = f"{metric.name} ({metric.unit})" if metric else "metric"
-    best = report.best
-    summary = best.candidate.label if best else "nothing chosen"
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.notes)
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>turboinfer tune: {html.escape(report.model)}</title>
-<style>body{{font-family:sans-serif;margin:2em}} pre{{background:#f6f6f6;padding:1em}}</style>
-</head><body>
-<h1>tune: {html.escape(report.model)}</h1>
-<p>SLO p99 {report.settings.slo_p99_ms:g} ms, accuracy budget {report.settings.budget};
-chosen: <b>{html.escape(summary)}</b>; entry: {html.escape(str(report.entry))}</p>
-<ul>{notes}</ul>
-<h2>Latency vs batch size (p99)</h2>
-{_svg(curves, "batch size (log)", "p99 ms (log)", lines=True, log_x=True, log_y=True)}
-{_legend(curves)}
-<h2>Accuracy vs latency (batch 1, p50)</h2>
-{_svg(scatter, "p50 ms at batch 1 (log)", metric_label, lines=False, log_x=True)}
-{_legend(scatter)}
-<h2>Candidates</h2>
-<pre>{html.escape(table)}</pre>
-</body></html>
-"""
+
+def _batch1(c: Row) -> Row | None:
+    curve = c.get("curve") or []
+    return min(curve, key=lambda p: p["batch_size"]) if curve else None
+
+
+def pareto_front(points: Sequence[tuple[float, float]],
+                 higher_is_better: bool) -> list[tuple[float, float]]:
+    """The (latency, metric) points no other point beats on both: faster and better."""
+    sign = 1.0 if higher_is_better else -1.0
+    front: list[tuple[float, float]] = []
+    for latency, metric in sorted(points, key=lambda p: (p[0], -sign * p[1])):
+        if not front or sign * metric > sign * front[-1][1]:
+            front.append((latency, metric))
+    return front
+
+
+def budget_floor(data: Mapping[str, Any]) -> float | None:
+    """The worst metric the budget allows, from the reference and ``max_accuracy_drop``
+    (a number in the metric's unit, or N% of the reference)."""
+    metric = (data.get("optimize") or {}).get("metric")
+    if not metric or metric.get("reference") is None:
+        return None
+    text, reference = str(data["max_accuracy_drop"]).strip(), float(metric["reference"])
+    drop = abs(reference) * float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    return reference - drop if metric.get("higher_is_better", True) else reference + drop
+
+
+def accuracy_chart(data: Mapping[str, Any], candidates: Sequence[Row],
+                   chosen: int | None) -> go.Figure:
+    metric = (data.get("optimize") or {}).get("metric") or {}
+    unit = f" ({metric['unit']})" if metric.get("unit") else ""
+    points, drawn = [], []
+    for index, c in enumerate(candidates):
+        first = _batch1(c)
+        if first is not None and c.get("metric") is not None:
+            points.append((first["p50_ms"], c["metric"]))
+            drawn.append((index, c, first))
+    fig = charts.figure("Metric against latency at batch 1", "p50 latency at batch 1 (ms)",
+                        f"{metric.get('name', 'metric')}{unit}",
+                        log_x=charts.wide(p[0] for p in points))
+    for index, c, first in drawn:
+        _add_point(fig, c, first, index, chosen)
+    front = pareto_front(points, metric.get("higher_is_better", True))
+    if len(front) > 1:
+        fig.add_trace(go.Scatter(x=[p[0] for p in front], y=[p[1] for p in front],
+                                 name="Pareto front", mode="lines", hoverinfo="skip",
+                                 line={"color": "#555", "width": 1.5, "shape": "hv"}))
+    floor = budget_floor(data)
+    if floor is not None:
+        charts.horizontal_line(fig, floor, f"accuracy budget: drop <= {data['max_accuracy_drop']}",
+                               colour="#1b7f3b")
+    return fig
+
+
+def _add_point(fig: go.Figure, c: Row, first: Row, index: int, chosen: int | None) -> None:
+    look, top = charts.style(index), index == chosen
+    verdict = {True: "within budget", False: "over budget", None: "no budget"}
+    fig.add_trace(go.Scatter(
+        x=[first["p50_ms"]], y=[c["metric"]], name=_name(c, index, chosen),
+        legendgroup=c["label"], mode="markers",
+        marker={"color": charts.HIGHLIGHT if top else look.colour, "size": 20 if top else 10,
+                "symbol": "star" if top else look.symbol,
+                "line": {"color": "#222", "width": 1.5 if top else 0.5}},
+        customdata=[[first["p99_ms"], verdict[c.get("within_budget")]]],
+        hovertemplate="<b>%{fullData.name}</b><br>metric %{y:.4g}<br>p50 %{x:.3f} ms<br>"
+                      "p99 %{customdata[0]:.3f} ms<br>%{customdata[1]}<extra></extra>"))
+
+
+def _slo_verdict(c: Row) -> str:
+    if c.get("error"):
+        return "error"
+    plan = c.get("plan")
+    return "ok" if plan and plan.get("meets_slo") else "miss"
+
+
+def _candidate_row(c: Row, index: int, chosen: int | None) -> list[str]:
+    first, plan = _batch1(c), c.get("plan") or {}
+    budget = {True: "ok", False: "over", None: "-"}[c.get("within_budget")]
+    role = "chosen" if index == chosen else "" if c.get("servable", True) else "baseline"
+    notes = [*(c.get("notes") or []), *([c["error"]] if c.get("error") else [])]
+    return [charts.cell(c["label"]), charts.cell(c.get("metric")),
+            charts.verdict_cell(budget),
+            charts.cell(first["p50_ms"] if first else None),
+            charts.cell(first["p99_ms"] if first else None),
+            charts.cell(plan.get("max_batch_size")), charts.cell(plan.get("max_queue_delay_ms")),
+            charts.cell(plan.get("qps")), charts.cell(plan.get("p99_ms")),
+            charts.verdict_cell(_slo_verdict(c)), charts.cell(role),
+            charts.cell("; ".join(notes))]
+
+
+def candidate_table(candidates: Sequence[Row], chosen: int | None) -> str:
+    rows = [_candidate_row(c, index, chosen) for index, c in enumerate(candidates)]
+    return charts.table(CANDIDATE_COLUMNS, rows, highlight=chosen)
+
+
+def variant_table(variants: Sequence[Row]) -> str:
+    rows = []
+    for v in variants:
+        size = v.get("size_bytes")
+        budget = {True: "ok", False: "over", None: "-"}[v.get("within_budget")]
+        rows.append([charts.cell(v["name"]), charts.cell(v.get("variant")),
+                     charts.cell(v.get("calibration")), charts.cell(v.get("metric")),
+                     charts.cell(v.get("delta")), charts.verdict_cell(budget),
+                     charts.cell(v.get("p50_ms")), charts.cell(v.get("p99_ms")),
+                     charts.cell(size / 1e6 if size else None)])
+    return charts.table(VARIANT_COLUMNS, rows)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from turboinfer.optimize.candidates import Measured
+from turboinfer.optimize.html import render_tune_html
 from turboinfer.optimize.report import OptimizeReport, write_json
 from turboinfer.optimize.settings import TuneSettings
 from turboinfer.serve.config import (
@@ -70,10 +71,8 @@ class TuneReport:
         }
 
     def write(self) -> Path:
-        from turboinfer.optimize.html import render_tune_html
-
         write_json(self.work / "report.json", self.to_dict())
-        (self.work / "report.html").write_text(render_tune_html(self))
+        (self.work / "report.html").write_text(render_tune_html(self.to_dict()))
         return self.work / "report.json"
 
     def table_rows(self) -> list[list[Any]]:
