@@ -1,8 +1,11 @@
-"""Model sources: an ONNX file on disk, or ``builtin:NAME`` from the zoo.
+"""Model sources: an ONNX file on disk, ``builtin:NAME`` from the zoo, or a user's torch
+model (``package.module:factory``, a TorchScript ``.pt`` / ``torch.export`` ``.pt2`` file,
+a Hugging Face model folder).
 
 ``resolve_model`` turns the reference a user typed into a ``ModelArtifact`` an engine can
-load. Builtins are exported to ONNX once and kept in the cache, keyed by the entry's
-version and the torch that exported them, so a change to either builds a fresh file.
+load. Builtins and torch sources are exported to ONNX once and kept in the cache, keyed
+by what they are built from (the entry's version; the source's files and weights) and
+the torch that exported them, so a change to either builds a fresh file.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from pathlib import Path
 from turboinfer.engines.base import ModelArtifact
 from turboinfer.errors import ModelLoadError, UnknownModelError
 from turboinfer.models.cache import cache_dir
+from turboinfer.models.refs import BUILTIN, is_source
 from turboinfer.models.zoo import ZooEntry, get_entry, names
 
-BUILTIN = "builtin:"
 _EXPORT_BATCH = 2  # torch.export would fix a dynamic axis whose example size is 1
 _OPSET = 18
 
@@ -31,15 +34,20 @@ class ResolvedModel:
 
 
 def resolve_model(ref: str) -> ResolvedModel:
-    """``builtin:NAME`` or a path to an ``.onnx`` file → a loadable model.
+    """``builtin:NAME``, a path to an ``.onnx`` file or a torch source → a loadable model.
 
     Raises ``UnknownModelError`` when the reference names nothing and ``ModelLoadError``
-    when a file exists but is not a usable ONNX model.
+    when a file exists but is not a usable model.
     """
     if ref.startswith(BUILTIN):
         entry = get_entry(ref[len(BUILTIN) :])
         artifact = ModelArtifact(entry.name, builtin_onnx(entry), torch_module=entry.build)
         return ResolvedModel(entry.name, artifact, entry)
+    if is_source(ref):
+        from turboinfer.models.convert import cached_source  # imports torch: seconds
+
+        name, onnx_path, module = cached_source(ref)
+        return ResolvedModel(name, ModelArtifact(name, onnx_path, torch_module=module))
     path = Path(ref).expanduser()
     if path.exists() or path.suffix == ".onnx":
         from turboinfer.models.onnx_file import check_onnx  # onnx: 0.3 s, not for listing
@@ -48,8 +56,9 @@ def resolve_model(ref: str) -> ResolvedModel:
         return ResolvedModel(path.stem, ModelArtifact(path.stem, path))
     hint = f" (did you mean {BUILTIN}{ref}?)" if ref in names() else ""
     raise UnknownModelError(
-        f"unknown model {ref!r}{hint}: use a path to an .onnx file or {BUILTIN}NAME "
-        f"with NAME one of {', '.join(names())}"
+        f"unknown model {ref!r}{hint}: use a path to an .onnx file, package.module:factory, "
+        f"a .pt/.pt2 file, a Hugging Face model folder, or {BUILTIN}NAME with NAME one of "
+        f"{', '.join(names())}"
     )
 
 

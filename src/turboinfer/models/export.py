@@ -1,9 +1,13 @@
-"""Export a ``torch.nn.Module`` to an ONNX file that accepts any size on its dynamic axes.
+"""Export a torch model to an ONNX file that accepts any size on its dynamic axes.
 
-torch's default exporter (``torch.export`` + onnxscript) is used with ``dynamic_shapes``
-built from the familiar ``dynamic_axes`` mapping: axes that share a name share one
-symbolic dimension (``input_ids`` and ``attention_mask`` have one ``batch``), and the
-names appear as ``dim_param`` in the file.
+An ``nn.Module`` goes through torch's default exporter (``torch.export`` + onnxscript)
+with ``dynamic_shapes`` built from the familiar ``dynamic_axes`` mapping: axes that share
+a name share one symbolic dimension (``input_ids`` and ``attention_mask`` have one
+``batch``), and the names appear as ``dim_param`` in the file. A TorchScript module cannot
+be traced by ``torch.export``, so it takes the TorchScript-based exporter, which reads
+the same ``dynamic_axes``. A ``torch.export`` program already carries its symbolic shapes
+(re-exporting its module would pin them); it is converted as it is and its batch symbol
+renamed ``batch``.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import torch
 
 from turboinfer.errors import ConfigError
@@ -26,10 +33,23 @@ from turboinfer.models.cache import atomic_path
 _SINGLE_FILE_LIMIT = 1_800_000_000
 
 ExampleInput = np.ndarray | torch.Tensor
+# What can be exported: a module, a TorchScript module, or a program from torch.export.
+Exportable = torch.nn.Module | torch.jit.ScriptModule | torch.export.ExportedProgram
+
+
+def needs_external_data(weight_bytes: int) -> bool:
+    """Whether weights of this size must live in a data file beside the ``.onnx``."""
+    return weight_bytes > _SINGLE_FILE_LIMIT
+
+
+def weight_bytes(model: Exportable) -> int:
+    """Bytes of parameters and buffers: what the ONNX file will hold as initializers."""
+    state = model.state_dict()
+    return sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
 
 
 def export_onnx(
-    module: torch.nn.Module,
+    module: Exportable,
     example_inputs: Mapping[str, ExampleInput],
     path: Path,
     *,
@@ -44,28 +64,80 @@ def export_onnx(
     protobuf's 2 GiB limit get their weights in ``<name>.data`` beside it.
     """
     path = Path(path)
-    module = module.eval()
     missing = [name for name in input_names if name not in example_inputs]
     if missing:
         raise ConfigError(f"example inputs lack {', '.join(missing)} needed to export {path}")
     args = tuple(_widened(name, example_inputs[name], dynamic_axes) for name in input_names)
-    shapes = _dynamic_shapes(input_names, dynamic_axes)
+    big = needs_external_data(weight_bytes(module))
+    if isinstance(module, torch.jit.ScriptModule):
+        proto = _export_script(module, args, input_names, output_names, dynamic_axes, opset)
+        _save_proto(proto, path, big)
+    else:
+        _save_program(_export_dynamo(module, args, input_names, output_names, dynamic_axes,
+                                     opset), path, big)
+    return path
+
+
+def _export_dynamo(
+    module: torch.nn.Module | torch.export.ExportedProgram,
+    args: tuple[torch.Tensor, ...],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    dynamic_axes: Mapping[str, Mapping[int, str]],
+    opset: int,
+) -> torch.onnx.ONNXProgram:
+    program_given = isinstance(module, torch.export.ExportedProgram)
+    if isinstance(module, torch.nn.Module):
+        module = module.eval()
     with _quiet(), torch.no_grad():
         program = torch.onnx.export(
             module,
             args,
             input_names=list(input_names),
             output_names=list(output_names),
-            dynamic_shapes=shapes,
+            dynamic_shapes=None if program_given else _dynamic_shapes(input_names, dynamic_axes),
             opset_version=opset,
             dynamo=True,
             external_data=False,
             verbose=False,
         )
     if program is None:
-        raise ConfigError(f"torch.onnx.export returned no program for {path}")
-    _save(program.model_proto, path)
-    return path
+        raise ConfigError("torch.onnx.export returned no program")
+    if program_given:
+        _name_batch_axis(program.model.graph)
+    return program
+
+
+def _export_script(
+    module: torch.jit.ScriptModule,
+    args: tuple[torch.Tensor, ...],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    dynamic_axes: Mapping[str, Mapping[int, str]],
+    opset: int,
+) -> onnx.ModelProto:
+    with tempfile.TemporaryDirectory() as folder, _quiet(), torch.no_grad():
+        staged = Path(folder) / "model.onnx"
+        torch.onnx.export(
+            module, args, str(staged), input_names=list(input_names),
+            output_names=list(output_names), opset_version=opset, dynamo=False,
+            dynamic_axes={name: dict(axes) for name, axes in dynamic_axes.items()},
+        )
+        return onnx.load(str(staged))
+
+
+def _name_batch_axis(graph: ir.Graph) -> None:
+    """Call the first input's leading symbol ``batch`` wherever it appears at the edges."""
+    first = graph.inputs[0].shape if graph.inputs else None
+    if first is None or not first or not isinstance(first[0], ir.SymbolicDim):
+        return
+    symbol = first[0].value
+    for value in (*graph.inputs, *graph.outputs):
+        if value.shape is not None:
+            value.shape = ir.Shape(
+                [ir.SymbolicDim("batch") if isinstance(d, ir.SymbolicDim) and d.value == symbol
+                 else d for d in value.shape]
+            )
 
 
 def _widened(
@@ -96,8 +168,21 @@ def _dynamic_shapes(
     return tuple(shapes)
 
 
-def _save(model: onnx.ModelProto, path: Path) -> None:
-    big = model.ByteSize() > _SINGLE_FILE_LIMIT
+def _save_program(program: torch.onnx.ONNXProgram, path: Path, big: bool) -> None:
+    if not big:
+        _save_proto(program.model_proto, path, big=False)
+        return
+    # Past 2 GiB there is no proto to hold the model: the program writes the file and its
+    # data in a staging folder beside the target, under the final names (the file records
+    # the data file's name); the data moves first so the model appears last.
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as folder:
+        staged = Path(folder) / path.name
+        program.save(staged, external_data=True)
+        for file in sorted(Path(folder).iterdir(), key=lambda f: f == staged):
+            os.replace(file, path.parent / file.name)
+
+
+def _save_proto(model: onnx.ModelProto, path: Path, big: bool) -> None:
     with atomic_path(path) as tmp:
         if big:
             # The data file is written under its final name (the proto records it); only
