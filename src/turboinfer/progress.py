@@ -131,6 +131,7 @@ class _LogLines:
     """Plain lines for a log: each stage, throttled updates, and a heartbeat.
 
     Nothing is written during the first ``every_s``: ``_last_line`` starts at the start.
+    ``every_s=0`` writes every message as it comes, with no heartbeat.
     """
 
     def __init__(self, stream: TextIO, every_s: float) -> None:
@@ -155,7 +156,7 @@ class _LogLines:
             quiet = now - self._start < self._every_s
             if (stage and not quiet) or now - self._last_line >= self._every_s:
                 self._write(now, "")
-        if self._beat is None:
+        if self._beat is None and self._every_s > 0:
             self._beat = threading.Thread(target=self._heartbeat, daemon=True,
                                           name="turboinfer-progress")
             self._beat.start()

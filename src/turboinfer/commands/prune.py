@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=int(DEFAULTS["seed"]),
                         help="seed of the data order and the training")
     parser.add_argument("--train-threads", type=int, default=0,
-                        help="torch threads for ranking and distillation (0: torch default; "
+                        help="torch threads for ranking and distillation (0: torch's choice; "
                              "1 is often faster for small models on a busy machine)")
     parser.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
