@@ -24,7 +24,7 @@ def test_log_lines_count_steps_and_estimate_the_rest() -> None:
     assert lines[0].endswith("] preparing")
     assert "[1/4] onnxruntime batch 1" in lines[1]
     assert "[2/4] onnxruntime batch 2" in lines[2] and "eta" in lines[2]
-    assert "[3/4] torch batch 2" in lines[3]
+    assert "[4/4] torch batch 2" in lines[3]
 
 
 def test_a_quick_run_leaves_a_log_alone() -> None:

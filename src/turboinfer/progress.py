@@ -73,11 +73,11 @@ class ProgressDisplay:
             self._backend.show(message, done=None, total=None, stage=True)
             return
         index, total = int(match.group(1)), int(match.group(2))
-        self._backend.show(message[match.end():], done=index - 1, total=total, stage=True)
+        self._backend.show(message, done=index - 1, total=total, stage=True)
 
     def step_done(self, message: str, *, done: int, total: int) -> None:
         """``done`` of ``total`` steps are finished; ``message`` says what the last was."""
-        self._backend.show(message, done=done, total=total, stage=True)
+        self._backend.show(f"[{done}/{total}] {message}", done=done, total=total, stage=True)
 
     def update(self, message: str) -> None:
         """A live detail of the current step."""
@@ -115,6 +115,8 @@ class _LiveBar:
 
     def show(self, message: str, *, done: int | None, total: int | None,
              stage: bool) -> None:
+        # The bar counts on its own: the ``[i/n]`` prefix would say it twice.
+        message = _COUNTED.sub("", message)
         if self._task is None:
             self._progress.start()
             self._task = self._progress.add_task(message, total=total)
@@ -151,7 +153,6 @@ class _LogLines:
             now = time.monotonic()
             if total is not None:
                 self._eta = self._estimate(now, done or 0, total)
-                message = f"[{done or 0}/{total}] {message}"
             self._message = message
             quiet = now - self._start < self._every_s
             if (stage and not quiet) or now - self._last_line >= self._every_s:
