@@ -57,7 +57,7 @@ class ProgressDisplay:
                  log_every_s: float | None = None) -> None:
         out = stream if stream is not None else sys.stderr
         if log_every_s is None:
-            log_every_s = float(os.environ.get(LOG_EVERY_ENV, LOG_EVERY_S))
+            log_every_s = _every_from_env()
         self._backend: _Backend
         if not enabled:
             self._backend = _Silent()
@@ -92,6 +92,14 @@ class ProgressDisplay:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self.close()
+
+
+def _every_from_env() -> float:
+    """The log interval from the environment; a value that is not a number is ignored."""
+    try:
+        return max(float(os.environ.get(LOG_EVERY_ENV, LOG_EVERY_S)), 0.0)
+    except ValueError:
+        return LOG_EVERY_S
 
 
 class _Silent:
