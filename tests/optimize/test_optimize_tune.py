@@ -43,7 +43,8 @@ def test_tune_reports_json_and_html(digits_tune: Any) -> None:
     assert any(label.startswith("int8-static-") for label in labels)
     assert data["chosen"]["eligible"] and data["optimize"]["variants"]
     page = (digits_tune.work / "report.html").read_text()
-    assert page.count("<svg") == 2 and "(chosen)" in page
+    assert 'id="latency-vs-batch"' in page and 'id="metric-vs-latency"' in page
+    assert "(chosen)" in page and data["chosen"]["label"] in page
 
 
 def test_tune_returns_fp32_when_nothing_quantizes(weightless_model: Any,
