@@ -1,0 +1,91 @@
+"""Chat messages to one prompt string.
+
+With a ``chat_template`` in the model folder's ``tokenizer_config.json`` (or a
+``chat_template.jinja`` file beside it) the messages are rendered the way
+``transformers``' ``apply_chat_template`` renders them: a sandboxed Jinja2 environment
+with ``messages``, ``add_generation_prompt=True``, ``bos_token`` and ``eos_token``.
+Without one (the shipped demo model is a plain language model) the fallback is one line
+per message, ``"{role}: {content}\\n"``, followed by ``"assistant:"`` to cue the reply.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from turboinfer.errors import InvalidInputError, ModelLoadError
+
+Message = dict[str, str]
+
+
+def _token_text(value: Any) -> str:
+    # tokenizer_config.json writes special tokens either as strings or as AddedToken dicts.
+    if isinstance(value, dict):
+        return str(value.get("content", ""))
+    return value if isinstance(value, str) else ""
+
+
+def _pick_template(value: Any) -> str | None:
+    if isinstance(value, list):  # named templates: use "default"
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default")
+    return value if isinstance(value, str) and value else None
+
+
+class ChatTemplate:
+    def __init__(self, source: str | None, *, bos_token: str = "", eos_token: str = "") -> None:
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self._compiled: Any = None
+        if source is not None:
+            from jinja2 import TemplateError
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = _raise
+            env.filters["tojson"] = lambda v, **kw: json.dumps(v, ensure_ascii=False, **kw)
+            try:
+                self._compiled = env.from_string(source)
+            except TemplateError as exc:
+                raise ModelLoadError(f"chat template does not compile: {exc}") from None
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> ChatTemplate:
+        config: dict[str, Any] = {}
+        path = folder / "tokenizer_config.json"
+        if path.is_file():
+            try:
+                config = json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise ModelLoadError(f"{path}: not valid JSON ({exc.msg})") from None
+        source = _pick_template(config.get("chat_template"))
+        jinja_file = folder / "chat_template.jinja"
+        if source is None and jinja_file.is_file():
+            source = jinja_file.read_text()
+        return cls(source, bos_token=_token_text(config.get("bos_token")),
+                   eos_token=_token_text(config.get("eos_token")))
+
+    def render(self, messages: list[Message], *, tokenizer_adds_bos: bool = False) -> str:
+        if self._compiled is None:
+            return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+        from jinja2 import TemplateError
+
+        try:
+            text: str = self._compiled.render(
+                messages=messages, add_generation_prompt=True, bos_token=self.bos_token,
+                eos_token=self.eos_token)
+        except TemplateError as exc:
+            raise InvalidInputError(f"the chat template refused the messages: {exc}",
+                                    param="messages") from None
+        # When the tokenizer adds the BOS id itself, the template's would double it.
+        if tokenizer_adds_bos and self.bos_token and text.startswith(self.bos_token):
+            text = text[len(self.bos_token):]
+        return text
+
+
+def _raise(message: str) -> None:
+    from jinja2 import TemplateError
+
+    raise TemplateError(message)

@@ -1,0 +1,198 @@
+"""Request bodies of the OpenAI API (and the OIP generate extension), validated once.
+
+Unknown fields are ignored, not refused: the official client's ``extra_body`` adds
+arbitrary keys, and other servers' extensions must not break a request. Every refusal
+is an ``InvalidInputError`` naming the field (OpenAI's ``param``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from turboinfer.errors import InvalidInputError
+from turboinfer.llm.sampling_params import SamplingParams
+
+M = TypeVar("M", bound=BaseModel)
+
+# OpenAI's default for completions; chat defaults to the rest of the context.
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _Sampling(_Body):
+    model: str
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Field(ge=-1)] | None = None  # extension; -1 or 0: off
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    priority: int = 0  # extension: lower runs first, as the engine's scheduler orders
+    ignore_eos: bool = False  # extension, as in vLLM
+
+    def check_n(self) -> None:
+        if self.n not in (None, 1):
+            raise InvalidInputError("only n=1 is supported", param="n")
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def sampling(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            top_k=max(self.top_k or 0, 0), seed=self.seed, stop=stop,
+            ignore_eos=self.ignore_eos, logprobs=logprobs)
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = False
+    logprobs: Annotated[int, Field(ge=0)] | None = None
+    suffix: str | None = None
+
+    def prompts(self) -> list[str | list[int]]:
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise InvalidInputError("the prompt is empty", param="prompt")
+        if isinstance(p[0], int):
+            return [p]
+        return list(p)
+
+    def check_supported(self) -> None:
+        self.check_n()
+        if self.echo:
+            raise InvalidInputError("echo is not supported", param="echo")
+        if self.suffix:
+            raise InvalidInputError("suffix is not supported", param="suffix")
+
+
+class ContentPart(_Body):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        if any(part.type != "text" for part in self.content):
+            raise InvalidInputError("only text content parts are supported",
+                                    param="messages")
+        return "".join(part.text or "" for part in self.content)
+
+
+class ChatRequest(_Sampling):
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    logprobs: bool | None = False
+    top_logprobs: Annotated[int, Field(ge=0)] | None = None
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def num_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+class GenerateRequest(_Body):
+    """The OIP generate extension (Triton's): ``text_input`` plus sampling parameters,
+    either at the top level or under ``parameters``."""
+
+    text_input: str
+    max_tokens: Annotated[int, Field(ge=1)] = COMPLETION_DEFAULT_MAX_TOKENS
+    temperature: Annotated[float, Field(ge=0, le=2)] = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    top_k: Annotated[int, Field(ge=-1)] = 0
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    priority: int = 0
+    ignore_eos: bool = False
+
+    def sampling(self) -> SamplingParams:
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature,
+                              top_p=self.top_p, top_k=max(self.top_k, 0), seed=self.seed,
+                              stop=stop, ignore_eos=self.ignore_eos)
+
+
+def parse(model: type[M], body: bytes) -> M:
+    """JSON bytes -> a validated request, or an ``InvalidInputError`` naming the field."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"the body is not valid JSON ({exc})") from None
+    return validate(model, data)
+
+
+def validate(model: type[M], data: Any) -> M:
+    if not isinstance(data, dict):
+        raise InvalidInputError("the body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        loc = [str(part) for part in first["loc"]]
+        param = loc[0] if loc else None
+        raise InvalidInputError(f"{'.'.join(loc) or 'body'}: {first['msg']}",
+                                param=param) from None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask of this server's engine."""
+
+    max_seq_len: int  # prompt + output tokens: the context, capped by the KV cache size
+    vocab_size: int
+    max_logprobs: int = 20
+
+    def max_tokens(self, prompt_len: int, requested: int | None, default: int | None,
+                   param: str) -> int:
+        """The output budget for a prompt; refuses what can never fit."""
+        room = self.max_seq_len - prompt_len
+        if room < 1:
+            raise InvalidInputError(
+                f"the prompt has {prompt_len} tokens; this model holds {self.max_seq_len} "
+                "tokens (its context, capped by the KV cache) including at least one "
+                "generated token", param=param)
+        if requested is None:
+            return room if default is None else min(default, room)
+        if requested > room:
+            raise InvalidInputError(
+                f"this model holds {self.max_seq_len} tokens; the request asks for "
+                f"{prompt_len + requested} ({prompt_len} in the prompt, {requested} for the "
+                "completion)", param="max_tokens")
+        return requested
+
+    def check_ids(self, ids: list[int]) -> None:
+        if any(t < 0 or t >= self.vocab_size for t in ids):
+            raise InvalidInputError(f"token ids must be in [0, {self.vocab_size})",
+                                    param="prompt")
+
+    def check_logprobs(self, n: int | None, param: str) -> None:
+        if n is not None and n > self.max_logprobs:
+            raise InvalidInputError(f"{param} must be <= {self.max_logprobs}", param=param)
