@@ -71,7 +71,7 @@ def add_load_parser(sub: Any) -> None:
     p.add_argument("--request-rate", type=rate, default=_DEFAULTS.request_rate,
                    help="requests/s, Poisson (burstiness 1) or gamma arrivals")
     p.add_argument("--burstiness", type=rate, default=_DEFAULTS.burstiness,
-                   help="gamma shape: <1 burstier, >1 more even (default 1)")
+                   help="gamma shape: <1 burstier, >1 more even")
     p.add_argument("--max-concurrency", type=positive_int, default=None,
                    help="requests in flight at most (default: unbounded)")
     p.add_argument("--warmup", type=int, default=_DEFAULTS.warmup, help="unmeasured requests first")
