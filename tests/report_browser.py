@@ -86,6 +86,7 @@ def _hover_first_point(page: Page) -> str:
     """Move the mouse onto the first marker of the first chart; Plotly's hover label
     text, or "" when none appeared."""
     point = page.locator(".js-plotly-plot").first.locator(".scatterlayer .points path").first
+    point.scroll_into_view_if_needed()
     box = point.bounding_box()
     if box is None:
         return ""

@@ -91,8 +91,10 @@ def throughput_vs_p99(report: LoadReport) -> go.Figure:
     fig = charts.figure("Throughput against p99", "requests/s", "p99 latency (ms)")
     for index, (mode, name) in enumerate((("closed", "closed loop (concurrency)"),
                                           ("open", "open loop (rate)"))):
+        # In the order the load was raised: past capacity the line turns back on itself,
+        # more latency for no more throughput, which is what the chart is for.
         runs = sorted((r for r in report.runs if r.mode == mode and r.ok),
-                      key=lambda r: r.qps)
+                      key=lambda r: (r.concurrency or 0, r.target_rate or 0.0))
         if not runs:
             continue
         look = charts.style(index)
