@@ -47,7 +47,7 @@ def check_export(source: TorchSource, path: Path, atol: float = DEFAULT_ATOL) ->
     session = _session(path)
     results: list[CheckResult] = []
     for feeds in (_numpy(source.examples), grown(source.examples, source.dynamic_axes)):
-        expected = source.run(feeds)
+        expected = _run_source(source, feeds)
         got = _run(session, feeds, source, path)
         for name, want, have in zip(source.output_names, expected, got, strict=True):
             result = compare(name, want, have, atol)
@@ -100,6 +100,16 @@ def _session(path: Path) -> ort.InferenceSession:
     except Exception as exc:
         raise ModelLoadError(f"ONNX Runtime cannot load the export {path}: {one_line(exc)}; "
                              "try another --opset") from None
+
+
+def _run_source(source: TorchSource, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    try:
+        return source.run(feeds)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{source.name} itself fails on inputs {_shapes(feeds)}: {one_line(exc)}; its "
+            "batch axis is fixed (export a .pt2 with dynamic_shapes for the batch axis)"
+        ) from None
 
 
 def _run(

@@ -44,7 +44,11 @@ def needs_external_data(weight_bytes: int) -> bool:
 
 def weight_bytes(model: Exportable) -> int:
     """Bytes of parameters and buffers: what the ONNX file will hold as initializers."""
-    state = model.state_dict()
+    # A program holds its weights as a dict attribute; modules build one on request.
+    state: Mapping[str, object] = (
+        model.state_dict if isinstance(model, torch.export.ExportedProgram)
+        else model.state_dict()
+    )
     return sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
 
 

@@ -75,7 +75,11 @@ def load_hf_source(folder: Path, task: str | None = None) -> TorchSource:
 def infer_task(architectures: list[str], folder: Path) -> str:
     if any(a.endswith("ForSequenceClassification") for a in architectures):
         return "sequence-classification"
-    if not architectures or any(a.endswith(("Model", "ForMaskedLM")) for a in architectures):
+    # The base model (BertModel) or a pretraining head on top of the encoder (ForMaskedLM);
+    # GPT2LMHeadModel also ends in "Model" but is a decoder with an LM head.
+    base = [a for a in architectures if a.endswith(("Model", "ForMaskedLM"))
+            and not a.endswith("LMHeadModel")]
+    if not architectures or base:
         return "feature-extraction"
     raise ModelLoadError(
         f"{folder}: architecture {architectures[0]} is not supported for export; export its "
