@@ -118,6 +118,8 @@ class EngineLoop:
                 self._inbox.popleft()()
             if self.engine.has_unfinished():
                 self._step()
+        while self._inbox:  # aborts posted while stopping still free their blocks
+            self._inbox.popleft()()
 
     def _step(self) -> None:
         try:
