@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from turboinfer.errors import ConfigError
-from turboinfer.models.zoo import RunFn, ZooEntry
+from turboinfer.models import digits, minilm
+from turboinfer.models.zoo import RunFn, ZooEntry, get_entry
 from turboinfer.prune.api import EvalFn
 from turboinfer.prune.data import TrainData, load_arrays, load_text
 from turboinfer.prune.settings import Objective
@@ -37,16 +38,12 @@ class PruneTask:
 
 
 def _digits(extra: Path | None, batch: int, seed: int) -> TrainData:
-    from turboinfer.models import digits
-
     split = digits.data()  # the zoo's fixed split: the evaluation images are never trained on
     return TrainData({"input": split.train_x}, split.train_y, batch_size=batch, seed=seed)
 
 
 def _resnet(name: str) -> Callable[[Path | None, int, int], TrainData]:
     def load(extra: Path | None, batch: int, seed: int) -> TrainData:
-        from turboinfer.models.zoo import get_entry
-
         images = get_entry(name).calibration(RESNET_TRAIN_IMAGES)
         return TrainData(dict(images), None, batch_size=batch, seed=seed)
 
@@ -54,8 +51,6 @@ def _resnet(name: str) -> Callable[[Path | None, int, int], TrainData]:
 
 
 def _minilm(extra: Path | None, batch: int, seed: int) -> TrainData:
-    from turboinfer.models import minilm
-
     bundled = minilm.calibration_sentences()
     texts = bundled + (load_text(extra) if extra else ())
     texts += halves(texts) + recombined(bundled, RECOMBINED, seed)
