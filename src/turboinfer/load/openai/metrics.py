@@ -37,6 +37,7 @@ class RequestResult:
     e2el_s: float = 0.0
     itl_s: tuple[float, ...] = ()
     error: str | None = None
+    counted_by_server: bool = False  # output tokens from the server's usage, not re-tokenized
 
     @property
     def ok(self) -> bool:
@@ -50,14 +51,16 @@ class RequestResult:
 
 
 def from_chunks(*, start_s: float, sent_s: float, chunk_times: Sequence[float],
-                prompt_len: int, output_tokens: int) -> RequestResult:
+                prompt_len: int, output_tokens: int,
+                counted_by_server: bool = False) -> RequestResult:
     """The metrics of a request sent at ``sent_s`` whose chunks arrived at ``chunk_times``
     (all on one clock); ``start_s`` places it on the run's time axis."""
     times = np.asarray(chunk_times, dtype=np.float64)
     return RequestResult(start_s=start_s, prompt_len=prompt_len,
                          output_tokens=output_tokens,
                          ttft_s=float(times[0] - sent_s), e2el_s=float(times[-1] - sent_s),
-                         itl_s=tuple(np.diff(times).tolist()))
+                         itl_s=tuple(np.diff(times).tolist()),
+                         counted_by_server=counted_by_server)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class Summary:
     request_throughput: float
     output_throughput: float
     total_token_throughput: float
+    counted_by_server: int  # completed requests whose output tokens the server counted
     good_requests: int
     goodput: float  # requests/s within the SLO; 0 without an SLO
     ttft: Distribution
@@ -123,6 +127,7 @@ def summarize(results: Sequence[RequestResult], duration_s: float, slo: Slo) -> 
         duration_s=duration_s, total_input_tokens=total_in, total_output_tokens=total_out,
         request_throughput=len(done) / duration, output_throughput=total_out / duration,
         total_token_throughput=(total_in + total_out) / duration,
+        counted_by_server=sum(r.counted_by_server for r in done),
         good_requests=good, goodput=good / duration,
         ttft=Distribution.of([r.ttft_s for r in done]),
         tpot=Distribution.of([r.tpot_s for r in done if r.output_tokens > 1]),

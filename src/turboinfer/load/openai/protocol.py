@@ -120,7 +120,8 @@ def to_result(exchange: Exchange, endpoint: EndpointKind, prompt: PromptRequest,
     return from_chunks(start_s=start_s, sent_s=exchange.sent_s,
                        chunk_times=content.chunk_times,
                        prompt_len=prompt_len if isinstance(prompt_len, int)
-                       else prompt.prompt_len, output_tokens=output_tokens)
+                       else prompt.prompt_len, output_tokens=output_tokens,
+                       counted_by_server=content.completion_tokens is not None)
 
 
 def _error_message(body: bytes) -> str:
