@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = build_settings(args)
     if args.train_threads > 0:
-        import torch
+        import torch  # why: only to set torch's threads; torch is loaded by now
 
         torch.set_num_threads(args.train_threads)
     with ProgressDisplay() as display:
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def build_settings(args: argparse.Namespace) -> PruneSettings:
+    # why: turboinfer.prune loads torch
     from turboinfer.prune.settings import (
         BUILTIN_TRAINING,
         DistillSettings,

@@ -50,7 +50,7 @@ class LoadgenSummary:
 
 def _lg() -> Any:
     try:
-        import mlperf_loadgen
+        import mlperf_loadgen  # why: optional (the loadgen extra)
     except ImportError:
         raise MissingDependencyError(
             "--loadgen needs MLPerf LoadGen: pip install mlcommons-loadgen") from None

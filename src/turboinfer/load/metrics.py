@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from turboinfer.load.endpoint import Endpoint
 from turboinfer.load.http_client import HttpClient, build_request
 
@@ -72,7 +74,6 @@ class Snapshot:
 
 def parse(text: str, taken_ns: int | None = None) -> Snapshot:
     """A snapshot of the Prometheus text format; unparsable text gives an empty one."""
-    from prometheus_client.parser import text_string_to_metric_families
 
     samples = []
     try:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from turboinfer.errors import InvalidInputError, TurboinferError
+from turboinfer.hardware import profile
 from turboinfer.load.client import InferClient, make_client
 from turboinfer.load.endpoint import Endpoint
 from turboinfer.load.inputs import ModelInfo, load_inputs, random_inputs
@@ -159,7 +160,6 @@ def error_verdict(report: LoadReport, max_error_rate: float) -> str:
 
 def machine() -> dict[str, Any]:
     """Enough to tell two machines apart in a recorded result."""
-    from turboinfer.hardware import profile
 
     hw = profile(engines=False, gpus=False)
     return {
