@@ -58,9 +58,9 @@ def format_text(report: LlmLoadReport) -> str:
              f"throughput: {s.request_throughput:.2f} req/s, "
              f"{s.output_throughput:.1f} output tok/s, "
              f"{s.total_token_throughput:.1f} total tok/s "
-             f"({s.total_input_tokens} in, {s.total_output_tokens} out; output tokens of "
-             f"{s.counted_by_server} of {s.completed} requests counted by the server, "
-             "the rest by the local tokenizer)"]
+             f"({s.total_input_tokens} in, {s.total_output_tokens} out)",
+             f"output tokens counted by the server for {s.counted_by_server} of "
+             f"{s.completed} requests, by the local tokenizer for the rest"]
     if cfg["slo"]:
         slo = ", ".join(f"{k[:-3]}<={v:g}ms" for k, v in cfg["slo"].items())
         lines.append(f"goodput: {s.goodput:.2f} req/s ({s.good_requests} of {s.completed} "
