@@ -76,14 +76,15 @@ def add_load_parser(sub: Any) -> None:
                    help="requests in flight at most (default: unbounded)")
     p.add_argument("--warmup", type=int, default=_DEFAULTS.warmup, help="unmeasured requests first")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="prompts and arrivals")
-    p.add_argument("--slo", default="", help="goodput bounds: ttft=500ms,tpot=50ms,e2el=2s")
+    p.add_argument("--slo", default=None,
+                   help="goodput bounds, e.g. ttft=500ms,tpot=50ms,e2el=2s (none: no goodput)")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="do not send ignore_eos/min_tokens")
     p.add_argument("--temperature", type=float, default=_DEFAULTS.temperature,
                    help="sampling temperature sent (0: greedy)")
     p.add_argument("--extra-body", default="{}", help="JSON object merged into each request")
-    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"),
-                   help="Bearer token (default: $OPENAI_API_KEY)")
+    p.add_argument("--api-key", default=None,
+                   help="Bearer token (when not given: $OPENAI_API_KEY, if set)")
     p.add_argument("--timeout", type=duration, default=_DEFAULTS.timeout_s, help="per request (s)")
     p.add_argument("--duration", type=duration, default=_DEFAULTS.duration_s,
                    help="limit on the whole run (s)")
@@ -117,8 +118,9 @@ def run_load_command(args: argparse.Namespace) -> int:
         request_rate=args.request_rate, burstiness=args.burstiness,
         max_concurrency=args.max_concurrency, warmup=max(args.warmup, 0), seed=args.seed,
         ignore_eos=args.ignore_eos, temperature=args.temperature,
-        extra_body=_extra_body(args.extra_body), api_key=args.api_key,
-        slo=Slo.parse(args.slo), timeout_s=args.timeout, duration_s=args.duration)
+        extra_body=_extra_body(args.extra_body),
+        api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+        slo=Slo.parse(args.slo or ""), timeout_s=args.timeout, duration_s=args.duration)
     report = build_report(settings, run_load(settings))
     if args.html:
         write_html(report, args.html)
