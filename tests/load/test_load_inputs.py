@@ -34,7 +34,7 @@ def test_dynamic_inner_axis_needs_a_shape() -> None:
     info = ModelInfo("m", "1", (TensorInfo("x", "FP32", (-1, -1)),), ())
     with pytest.raises(InvalidInputError, match="--shape x="):
         random_inputs(info)
-    assert random_inputs(info, shapes={"x": (2, 5)})["x"].shape == (2, 5)
+    assert random_inputs(info, batch_size=2, shapes={"x": (5,)})["x"].shape == (2, 5)
 
 
 def test_input_file_of_wrong_shape_is_named(tmp_path: Path) -> None:

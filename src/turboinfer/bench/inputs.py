@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from turboinfer.engines.base import TensorSpec
 from turboinfer.errors import ConfigError
+from turboinfer.shapes import DeclaredInput, concrete_shape
 
 # The size used for a dynamic non-batch axis (e.g. sequence length) when nothing says.
 DEFAULT_DYNAMIC_SIZE = 128
+
+
+def declared_inputs(specs: list[TensorSpec]) -> list[DeclaredInput]:
+    """The specs as shape flags see them: symbolic or unknown sizes are dynamic."""
+    return [DeclaredInput(spec.name, tuple(d if isinstance(d, int) and d > 0 else None
+                                           for d in spec.shape))
+            for spec in specs]
 
 
 def random_feeds(
     specs: list[TensorSpec],
     batch_size: int,
     *,
-    shapes: dict[str, tuple[int, ...]] | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
-    """Seeded random inputs matching ``specs``; axis 0 takes ``batch_size`` when dynamic.
+    """Seeded random inputs matching ``specs``; the batch axis takes ``batch_size``.
 
-    ``shapes`` overrides a whole input shape (without the batch axis when it is dynamic).
-    Integer inputs get small non-negative values so they are valid token ids / indices.
+    ``shapes`` gives an input's shape without its batch axis (:mod:`turboinfer.shapes`);
+    other dynamic axes take ``DEFAULT_DYNAMIC_SIZE``. Integer inputs get small
+    non-negative values so they are valid token ids / indices.
     """
     rng = np.random.default_rng(seed)
     feeds = {}
-    for spec in specs:
-        shape = _concrete_shape(spec, batch_size, (shapes or {}).get(spec.name))
+    for spec, declared in zip(specs, declared_inputs(specs), strict=True):
+        shape = concrete_shape(declared, batch_size, shapes or {},
+                               dynamic_size=DEFAULT_DYNAMIC_SIZE)
         if np.issubdtype(spec.dtype, np.floating):
             feeds[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
         elif np.issubdtype(spec.dtype, np.integer):
@@ -36,21 +48,3 @@ def random_feeds(
         else:
             raise ConfigError(f"cannot make random data for input {spec.name!r} of {spec.dtype}")
     return feeds
-
-
-def _concrete_shape(
-    spec: TensorSpec, batch_size: int, override: tuple[int, ...] | None
-) -> tuple[int, ...]:
-    dims = list(spec.shape)
-    batch_dynamic = bool(dims) and not isinstance(dims[0], int)
-    if override is not None:
-        return (batch_size, *override) if batch_dynamic else tuple(override)
-    concrete = []
-    for axis, dim in enumerate(dims):
-        if isinstance(dim, int) and dim > 0:
-            concrete.append(dim)
-        elif axis == 0:
-            concrete.append(batch_size)
-        else:
-            concrete.append(DEFAULT_DYNAMIC_SIZE)
-    return tuple(concrete)

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from turboinfer.engines import EngineSettings, ExecutionMode, GraphOptimization
+from turboinfer.errors import InvalidInputError
+from turboinfer.shapes import SHAPE_HELP, SHAPE_SYNTAX, parse_shape_flag
 
 T = TypeVar("T")
 
@@ -32,15 +34,28 @@ def positive_int(text: str) -> int:
 
 
 def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """``NAME=D1xD2`` (without the batch axis when it is dynamic)."""
-    name, sep, dims = text.partition("=")
+    """``NAME=D1xD2`` with the meaning in :mod:`turboinfer.shapes` (batch axis excluded)."""
     try:
-        shape = tuple(int(d) for d in dims.lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not sep or not name or not shape:
-        raise argparse.ArgumentTypeError(f"expected NAME=D1xD2..., got {text!r}")
-    return name, shape
+        return parse_shape_flag(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_shape_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                       batch_flag: str, note: str = "") -> None:
+    """``--shape`` (alias ``--input-shape``): the same flag, the same meaning everywhere."""
+    parser.add_argument("--shape", "--input-shape", dest="shape", type=input_shape,
+                        action="append", default=[], metavar=SHAPE_SYNTAX,
+                        help=SHAPE_HELP.format(batch_flag=batch_flag) + note)
+
+
+def shape_flags(args: argparse.Namespace) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The ``--shape`` flags as given; an input named twice is an error, not a last-wins."""
+    names = [name for name, _ in args.shape]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise InvalidInputError(f"--shape names input {twice!r} twice")
+    return tuple(args.shape)
 
 
 def add_engine_settings(parser: argparse.ArgumentParser) -> None:

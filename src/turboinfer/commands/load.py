@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from turboinfer.commands._args import comma_list, input_shape, positive_int
+from turboinfer.commands._args import add_shape_argument, comma_list, positive_int, shape_flags
 from turboinfer.errors import ConfigError
 from turboinfer.load.compare import compare_files, format_comparison
 from turboinfer.load.loadgen import LoadgenSettings, format_loadgen, run_loadgen
@@ -83,8 +83,8 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
                           help="HTTP tensors as JSON lists")
     group.add_argument("--input-data", type=Path, metavar="FILE.npz",
                        help="tensors keyed by input name (default: random, from metadata)")
-    group.add_argument("--shape", type=input_shape, action="append", default=[],
-                       metavar="NAME=D1xD2", help="full shape of an input with dynamic axes")
+    add_shape_argument(group, "--batch-size",
+                       ". Changed: this flag used to take the whole shape, batch axis included")
     group.add_argument("--batch-size", type=positive_int, default=_LOAD.batch_size,
                        help="rows per request when the first axis is dynamic")
     group.add_argument("--timeout", type=duration, default=_SCENARIO.timeout_s,
@@ -187,6 +187,9 @@ def _run_load(args: argparse.Namespace) -> int:
 
 
 def load_settings(args: argparse.Namespace) -> LoadSettings:
+    if args.shape and args.input_data:
+        raise ConfigError("--shape shapes the random inputs; --input-data gives whole tensors "
+                          "(batch axis included): use one of them")
     defaults = SCENARIO_DEFAULTS.get(args.scenario, {})
     scenario = ScenarioSettings(
         scenario=Scenario(args.scenario),
@@ -202,7 +205,7 @@ def load_settings(args: argparse.Namespace) -> LoadSettings:
     return LoadSettings(
         url=args.target, model=args.model, version=args.model_version,
         protocol=args.protocol, binary=args.binary, input_file=args.input_data,
-        shapes=tuple(args.shape), batch_size=args.batch_size,
+        shapes=shape_flags(args), batch_size=args.batch_size,
         max_connections=args.max_connections,
         metrics_url="" if args.no_metrics else args.metrics_url,
         min_duration_s=args.min_duration, min_requests=args.min_requests,

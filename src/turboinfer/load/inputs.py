@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from turboinfer.errors import InvalidInputError
+from turboinfer.shapes import DeclaredInput, concrete_shape, resolve_shapes
 
 # OIP datatype name -> numpy dtype. BYTES travels as object arrays of bytes.
 DATATYPES: dict[str, np.dtype[Any]] = {
@@ -95,27 +96,20 @@ def random_inputs(
 ) -> dict[str, np.ndarray]:
     """Seeded random tensors for every input; a leading ``-1`` takes ``batch_size``.
 
-    Other dynamic axes need a shape from ``shapes`` (the whole shape, batch axis included
-    when the model has one) because no guess is safe for, say, a sequence length.
+    ``shapes`` gives an input's shape without its batch axis (:mod:`turboinfer.shapes`);
+    other dynamic axes need one, because no guess is safe for, say, a sequence length.
+    Names, axis counts and sizes are checked against the metadata first.
     """
+    declared = [declared_input(spec) for spec in info.inputs]
+    given = resolve_shapes((shapes or {}).items(), declared, model=info.name)
     rng = np.random.default_rng(seed)
-    tensors = {}
-    for spec in info.inputs:
-        shape = (shapes or {}).get(spec.name) or _concrete_shape(spec, batch_size)
-        tensors[spec.name] = _random_tensor(rng, spec, shape)
-    return tensors
+    return {spec.name: _random_tensor(rng, spec, concrete_shape(d, batch_size, given))
+            for spec, d in zip(info.inputs, declared, strict=True)}
 
 
-def _concrete_shape(spec: TensorInfo, batch_size: int) -> tuple[int, ...]:
-    dims = list(spec.shape)
-    if dims and dims[0] < 0:
-        dims[0] = batch_size
-    if any(d < 0 for d in dims):
-        raise InvalidInputError(
-            f"input {spec.name!r} has dynamic axes {list(spec.shape)}; "
-            f"give its shape with --shape {spec.name}=D1xD2..."
-        )
-    return tuple(dims)
+def declared_input(spec: TensorInfo) -> DeclaredInput:
+    """The metadata's ``-1`` is a dynamic axis; a leading one is the batch axis."""
+    return DeclaredInput(spec.name, tuple(d if d >= 0 else None for d in spec.shape))
 
 
 def _random_tensor(rng: np.random.Generator, spec: TensorInfo,
