@@ -56,7 +56,7 @@ def test_bench_table(capsys: pytest.CaptureFixture[str]) -> None:
     (["bench", "builtin:nope"], "unknown builtin model 'nope'"),
     (["bench", "/nonexistent/model.onnx"], "not found: /nonexistent/model.onnx"),
     (["bench", "builtin:digits-cnn", "--input-shape", "input=1x9x9", "--min-seconds", "0"],
-     "input 'input' has shape [1, 1, 9, 9]"),
+     "input 'input' has a fixed size 8 where 9 is given"),
     (["bench", "builtin:digits-cnn", "--engines", "tvm"], "unknown engine 'tvm'"),
 ])
 def test_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:

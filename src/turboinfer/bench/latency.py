@@ -1,4 +1,4 @@
-"""The in-process benchmark: engines × batch sizes, timed until count and time suffice."""
+"""Timing one engine session at one batch size, until both run count and time suffice."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 from turboinfer.bench.inputs import random_feeds
 from turboinfer.bench.memory import PeakRss
 from turboinfer.bench.stats import LatencyStats, summarize_ns
-from turboinfer.engines import EngineSettings, Session, load_session
+from turboinfer.engines import ENGINES, EngineSettings, Session
 from turboinfer.errors import ConfigError
 from turboinfer.models import ResolvedModel
 
@@ -27,12 +27,16 @@ class BenchConfig:
     min_runs: int = 20
     min_seconds: float = 1.0
     warmup_runs: int = 3
-    # Input shapes for ONNX files whose non-batch axes are dynamic (name -> shape).
-    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # (name, shape without the batch axis) for inputs with dynamic axes; see shapes.py.
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.engines:
             raise ConfigError("at least one engine is needed")
+        unknown = [name for name in self.engines if name not in ENGINES]
+        if unknown:
+            # A typo is the user's to fix, unlike an engine that cannot run the model.
+            raise ConfigError(f"unknown engine {unknown[0]!r}; known: {', '.join(ENGINES)}")
         if not self.batch_sizes or min(self.batch_sizes) < 1:
             raise ConfigError("batch sizes must be positive integers")
         if self.min_runs < 1 or self.min_seconds < 0 or self.warmup_runs < 0:
@@ -92,8 +96,14 @@ def feeds_for(model: ResolvedModel, session: Session, batch_size: int,
 
 def bench_session(engine: str, session: Session, model: ResolvedModel,
                   config: BenchConfig, batch_size: int) -> BenchResult:
-    feeds = feeds_for(model, session, batch_size, config.input_shapes)
+    feeds = feeds_for(model, session, batch_size, dict(config.input_shapes))
     session.run(feeds)  # fail fast on bad inputs, before the memory sampler starts
+    return measure(engine, session, feeds, batch_size, config)
+
+
+def measure(engine: str, session: Session, feeds: Mapping[str, np.ndarray], batch_size: int,
+            config: BenchConfig) -> BenchResult:
+    """Time ``session`` on ``feeds`` (already known to run) with its peak memory."""
     with PeakRss() as memory:
         durations = time_runs(session.run, feeds, min_runs=config.min_runs,
                               min_seconds=config.min_seconds,
@@ -101,18 +111,3 @@ def bench_session(engine: str, session: Session, model: ResolvedModel,
     stats = summarize_ns(durations)
     return BenchResult(engine, batch_size, stats, batch_size * 1000.0 / stats.mean_ms,
                        memory.peak_mb)
-
-
-def run_bench(model: ResolvedModel, config: BenchConfig,
-              on_result: Callable[[BenchResult], None] | None = None) -> list[BenchResult]:
-    """Every (engine, batch size) pair, engines loaded once each, in the order given."""
-    results = []
-    for engine in config.engines:
-        session = load_session(model.artifact, engine, config.settings)
-        for batch_size in config.batch_sizes:
-            result = bench_session(engine, session, model, config, batch_size)
-            results.append(result)
-            if on_result is not None:
-                on_result(result)
-        del session
-    return results

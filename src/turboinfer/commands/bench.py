@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from turboinfer.bench.latency import BenchConfig, BenchResult, run_bench
+from turboinfer.bench.latency import BenchConfig, BenchResult
+from turboinfer.bench.sweep import BenchReport, Skipped, Step, run_bench
 from turboinfer.commands._args import (
     add_engine_settings,
+    add_shape_argument,
     comma_list,
     engine_settings,
-    input_shape,
     positive_int,
+    shape_flags,
 )
+from turboinfer.errors import ConfigError
 from turboinfer.hardware import profile
 from turboinfer.models import resolve_model
 from turboinfer.output import format_table, print_json
@@ -37,9 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed seconds at least, per engine and batch size")
     parser.add_argument("--warmup", type=int, default=BenchConfig.warmup_runs,
                         help="untimed runs first")
-    parser.add_argument("--input-shape", type=input_shape, action="append", default=[],
-                        metavar="NAME=D1xD2",
-                        help="shape of an input with dynamic axes (batch axis excluded)")
+    add_shape_argument(parser, "--batch-sizes")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     add_engine_settings(parser)
 
@@ -52,31 +53,54 @@ def run(args: argparse.Namespace) -> int:
         min_runs=args.min_runs,
         min_seconds=args.min_seconds,
         warmup_runs=args.warmup,
-        input_shapes=dict(args.input_shape),
+        input_shapes=shape_flags(args),
     )
     model = resolve_model(args.model)
     with ProgressDisplay() as display:
-        results = run_bench(model, config, on_result=_reporter(display, config))
-    rows = [r.to_dict() for r in results]
-    machine = profile().summary()
-    if args.json:
-        print_json({"model": model.name, "machine": machine, "results": rows})
-        return 0
-    print(f"model: {model.name}")
-    print(f"machine: {machine.get('cpu', '?')}, {machine.get('logical_cores', '?')} logical cores")
-    print(format_table(COLUMNS, [[row[c] for c in COLUMNS] for row in rows]))
+        report = run_bench(model, config, on_step=_reporter(display, config))
+    if not report.results:
+        # Nothing measured: one line with every reason, and no half-empty report.
+        reasons = "; ".join(_skip_line(s) for s in report.skipped)
+        raise ConfigError(f"no engine could run {model.name}: {reasons}")
+    _print(args, model.name, report)
     return 0
 
 
-def _reporter(display: ProgressDisplay, config: BenchConfig) -> Callable[[BenchResult], None]:
-    """Counts finished (engine, batch size) pairs into the display."""
+def _print(args: argparse.Namespace, model: str, report: BenchReport) -> None:
+    rows = [r.to_dict() for r in report.results]
+    machine = profile().summary()
+    if args.json:
+        print_json({"model": model, "machine": machine, "results": rows,
+                    "skipped": [s.to_dict() for s in report.skipped]})
+        return
+    print(f"model: {model}")
+    print(f"machine: {machine.get('cpu', '?')}, {machine.get('logical_cores', '?')} logical cores")
+    print(format_table(COLUMNS, [[row[c] for c in COLUMNS] for row in rows]))
+    for skipped in report.skipped:
+        print(f"skipped {_skip_line(skipped)}")
+
+
+def _skip_line(skipped: Skipped) -> str:
+    where = skipped.engine if skipped.batch_size is None else (
+        f"{skipped.engine} batch {skipped.batch_size}")
+    return f"{where}: {skipped.reason}"
+
+
+def _reporter(display: ProgressDisplay, config: BenchConfig) -> Callable[[Step], None]:
+    """Counts finished (engine, batch size) pairs into the display; a skipped engine
+    finishes all of its batch sizes at once."""
     total = len(config.engines) * len(config.batch_sizes)
     done = 0
 
-    def report(result: BenchResult) -> None:
+    def report(step: Step) -> None:
         nonlocal done
-        done += 1
-        display.step_done(f"{result.engine} batch {result.batch_size}: "
-                          f"p50 {result.latency.p50_ms:.2f} ms", done=done, total=total)
+        if isinstance(step, BenchResult):
+            done += 1
+            message = (f"{step.engine} batch {step.batch_size}: "
+                       f"p50 {step.latency.p50_ms:.2f} ms")
+        else:
+            done += len(config.batch_sizes) if step.batch_size is None else 1
+            message = f"skipped {_skip_line(step)}"
+        display.step_done(message, done=done, total=total)
 
     return report
