@@ -13,8 +13,9 @@ import numpy as np
 
 from turboinfer.bench.inputs import declared_inputs, random_feeds
 from turboinfer.bench.latency import BenchConfig, BenchResult, measure
+from turboinfer.bench.reasons import one_line, pinned_axis_hint
 from turboinfer.engines import Session, TensorSpec, get_engine, load_session
-from turboinfer.errors import MissingDependencyError, TurboinferError
+from turboinfer.errors import MissingDependencyError
 from turboinfer.models import ResolvedModel
 from turboinfer.shapes import DeclaredInput, fixed_batch, resolve_shapes
 
@@ -104,19 +105,25 @@ def _sweep_engine(engine: str, model: ResolvedModel, config: BenchConfig,
         emit(session)
         return
     fixed = fixed_batch(declared)
+    ran: list[int] = []
     for batch_size in config.batch_sizes:
         if fixed is not None and batch_size != fixed:
             emit(Skipped(engine, f"{model.name} has no batch axis ({declared[0].describe()}): "
                                  f"it runs at batch size {fixed} only", batch_size))
             continue
-        emit(_measure(engine, session, feeds.get(batch_size), batch_size, config))
+        step = _measure(engine, session, feeds.get(batch_size), batch_size, config)
+        if isinstance(step, Skipped):
+            step = Skipped(engine, step.reason + pinned_axis_hint(batch_size, ran), batch_size)
+        else:
+            ran.append(batch_size)
+        emit(step)
 
 
 def _load(engine: str, model: ResolvedModel, config: BenchConfig) -> Session | Skipped:
     try:
         return load_session(model.artifact, engine, config.settings)
     except Exception as exc:  # an unsupported op, a setting it cannot honour, a user factory
-        return Skipped(engine, _reason(exc))
+        return Skipped(engine, one_line(exc))
 
 
 def _measure(engine: str, session: Session, feeds: Feeds, batch_size: int,
@@ -126,15 +133,8 @@ def _measure(engine: str, session: Session, feeds: Feeds, batch_size: int,
         # is this engine's limit (an axis it pins, a batch it cannot take), not the user's.
         session.run(feeds)
     except Exception as exc:  # engines raise their libraries' own errors for some failures
-        return Skipped(engine, _reason(exc), batch_size)
+        return Skipped(engine, one_line(exc), batch_size)
     return measure(engine, session, feeds, batch_size, config)
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, TurboinferError):
-        return text
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class _FeedCache:
