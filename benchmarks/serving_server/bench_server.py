@@ -2,6 +2,7 @@
 
     python benchmarks/serving_server/bench_server.py overhead [--requests 3000]
     python benchmarks/serving_server/bench_server.py batching [--seconds 15 --clients 32]
+    python benchmarks/serving_server/bench_server.py ab --baseline-src OLD/src [--rounds 7]
 
 ``overhead``: builtin:digits-cnn, one client, batch 1. The engine's in-process p50 (same
 session settings as the server's single instance) against the p50 of the same request
@@ -13,6 +14,12 @@ concurrent clients, against a server with dynamic batching (max_batch_size 32,
 opportunistic: no queue delay) and one without (max_batch_size 0). Both servers run side
 by side and the measurement windows alternate between them (``--rounds``), so drift in
 the machine's background load hits both alike.
+
+``ab``: the ``overhead`` HTTP paths against two servers started side by side, this
+checkout's and another checkout's (``--baseline-src``, e.g. a ``git worktree`` of the
+previous commit), in alternating rounds; per path the median over rounds of each
+server's p50 and their ratio. It is how a change to the server is shown not to cost
+request overhead.
 
 Each server is ``python -m turboinfer serve`` on 127.0.0.1 in a subprocess and writes
 a JSON result next to this file.
@@ -47,10 +54,15 @@ BATCHING_ON = ModelConfig(max_batch_size=32,
 BATCHING_OFF = ModelConfig(max_batch_size=0)
 
 
-def start_server(repo: Path) -> tuple[subprocess.Popen[str], int, int]:
+def start_server(repo: Path, src: Path | None = None
+                 ) -> tuple[subprocess.Popen[str], int, int]:
+    """``turboinfer serve`` on free ports; from the source tree ``src`` when given."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     process = subprocess.Popen(
         [sys.executable, "-m", "turboinfer", "serve", str(repo), "--http-port", "0",
-         "--grpc-port", "0"], stdout=subprocess.PIPE, text=True)
+         "--grpc-port", "0"], stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     line = process.stdout.readline().split()
     fields = dict(part.split("=", 1) for part in line[2:])
@@ -184,6 +196,44 @@ def overhead(args: argparse.Namespace) -> dict[str, object]:
     results["http_binary_overhead_p50_ms"] = results["http_binary"]["p50_ms"] - base
     results["http_json_overhead_p50_ms"] = results["http_json"]["p50_ms"] - base
     return results
+
+
+def ab(args: argparse.Namespace) -> dict[str, object]:
+    """This checkout's server against ``--baseline-src``'s, in alternating rounds."""
+    if args.baseline_src is None:
+        raise SystemExit("ab needs --baseline-src (the src/ folder of the other checkout)")
+    model = resolve_model("builtin:digits-cnn")
+    assert model.entry is not None
+    x = np.ascontiguousarray(model.entry.example_inputs(1)["input"])
+    requests = {"http_binary": binary_request("digits-cnn", x),
+                "http_json": json_request("digits-cnn", x)}
+    p50s: dict[tuple[str, str], list[float]] = {
+        (side, path): [] for side in ("current", "baseline") for path in requests}
+    with tempfile.TemporaryDirectory() as tmp:
+        write_entry(Path(tmp), "digits-cnn", model.artifact.onnx_path, BATCHING_ON)
+        current, current_port, _ = start_server(Path(tmp))
+        baseline, baseline_port, _ = start_server(Path(tmp), Path(args.baseline_src))
+        ports = {"current": current_port, "baseline": baseline_port}
+        try:
+            for round_ in range(args.rounds):
+                order = ("current", "baseline") if round_ % 2 == 0 else ("baseline", "current")
+                for path, request in requests.items():
+                    for side in order:
+                        times = http_latencies(ports[side], request, args.requests)
+                        p50s[side, path].append(float(np.percentile(times, 50)) * 1e3)
+        finally:
+            for process in (current, baseline):
+                process.terminate()
+                process.wait()
+    result: dict[str, object] = {"baseline_src": str(args.baseline_src),
+                                 "rounds": args.rounds, "requests_per_round": args.requests}
+    for path in requests:
+        now, before = (float(np.median(p50s[side, path])) for side in ("current", "baseline"))
+        result[path] = {"current_p50_ms": now, "baseline_p50_ms": before,
+                        "ratio": now / before,
+                        "current_rounds_ms": p50s["current", path],
+                        "baseline_rounds_ms": p50s["baseline", path]}
+    return result
 
 
 async def _client(port: int, request: bytes, stop_at: float, latencies: list[float],
@@ -322,15 +372,17 @@ def machine() -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["overhead", "batching"])
+    parser.add_argument("scenario", choices=["overhead", "batching", "ab"])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3,
-                        help="batching: windows per cell, alternating the two servers")
+                        help="batching, ab: windows per cell, alternating the two servers")
+    parser.add_argument("--baseline-src", default=None,
+                        help="ab: the src/ folder of the checkout to compare with")
     args = parser.parse_args()
     before = machine()
-    result = overhead(args) if args.scenario == "overhead" else batching(args)
+    result = {"overhead": overhead, "batching": batching, "ab": ab}[args.scenario](args)
     output = {"scenario": args.scenario, "machine": before,
               "load_average_1m_after": os.getloadavg()[0], "result": result}
     text = json.dumps(output, indent=2)
