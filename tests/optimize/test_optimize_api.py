@@ -134,13 +134,13 @@ def test_fewer_calibration_samples_than_asked_is_said(mlp_model: Any, tmp_path: 
     assert any("fewer than the 1000" in note for note in report.notes)
 
 
-def test_random_calibration_only_when_asked(mlp_model: Any, tmp_path: Path,
+def test_synthetic_calibration_only_when_asked(mlp_model: Any, tmp_path: Path,
                                             caplog: pytest.LogCaptureFixture) -> None:
     path = str(mlp_model.artifact.onnx_path)  # a plain ONNX file: no zoo data, no metric
     with pytest.raises(ConfigError, match="--calib-data"):
         optimize(path, tmp_path / "a", settings=quick(["int8-static"]))
     report = optimize(path, tmp_path / "b", settings=quick(
-        ["int8-static"], calibrations=["minmax"], random_calibration=True, calib_count=32))
-    assert "RANDOM DATA" in caplog.text
-    assert any("random" in note for note in report.notes)
+        ["int8-static"], calibrations=["minmax"], synthetic_calib=True, calib_count=32))
+    assert "SYNTHETIC DATA" in caplog.text
+    assert any("synthetic" in note for note in report.notes)
     assert report.metric is None and report.get("int8-static-minmax").usable

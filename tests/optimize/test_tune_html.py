@@ -14,7 +14,8 @@ from report_browser import render
 from turboinfer.optimize.batching import CurvePoint, plan_batching
 from turboinfer.optimize.candidates import Candidate, Measured
 from turboinfer.optimize.html import budget_floor, pareto_front, render_tune_html
-from turboinfer.optimize.settings import Variant
+from turboinfer.optimize.report import budget_dict
+from turboinfer.optimize.settings import AccuracyBudget, Variant
 
 SLO_MS = 5.0
 REFERENCE = 98.3
@@ -56,12 +57,14 @@ def tune_dict() -> dict[str, Any]:
     chosen = next(c for c in candidates if c["label"] == "int8-static-entropy/onnxruntime/t2")
     return {
         "model": "digits-cnn", "name": "digits-cnn", "slo_p99_ms": SLO_MS,
-        "max_accuracy_drop": "1", "chosen": chosen, "entry": "/work/repo/digits-cnn/1",
+        "max_accuracy_drop": {"value": 1.0, "relative": False, "text": "1"},
+        "budget_floor": REFERENCE - 1.0, "chosen": chosen, "entry": "/work/repo/digits-cnn/1",
         "candidates": candidates,
         "optimize": {"model": "digits-cnn",
                      "metric": {"name": "accuracy", "unit": "%", "higher_is_better": True,
                                 "reference": REFERENCE},
-                     "budget": "1",
+                     "budget": {"value": 1.0, "relative": False, "text": "1",
+                                "floor": REFERENCE - 1.0},
                      "variants": [{"name": name, "variant": kind.value, "calibration": None,
                                    "size_bytes": 120_000, "metric": metric,
                                    "delta": metric - REFERENCE,
@@ -131,6 +134,8 @@ def test_the_pareto_front_keeps_only_unbeaten_points() -> None:
     ("1", True, 97.3), ("10%", True, 88.47), ("1", False, 99.3)])
 def test_the_budget_line_sits_at_the_worst_allowed_metric(budget: str, higher: bool,
                                                           floor: float) -> None:
-    data = tune_dict() | {"max_accuracy_drop": budget}
-    data["optimize"]["metric"]["higher_is_better"] = higher
+    numbers = budget_dict(AccuracyBudget.parse(budget), REFERENCE, higher)
+    assert numbers is not None and numbers["floor"] == pytest.approx(floor)
+    assert isinstance(numbers["value"], float) and numbers["text"] == budget
+    data = tune_dict() | {"budget_floor": numbers["floor"]}
     assert budget_floor(data) == pytest.approx(floor)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.commands._data_args import add_data_arguments, data_keywords
 from turboinfer.output import format_table, print_json
 from turboinfer.progress import ProgressDisplay
 
@@ -23,7 +24,7 @@ COLUMNS = ("variant", "metric", "delta", "budget", "p50_ms", "p99_ms", "size_kb"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="builtin:NAME or a path to an .onnx file")
+    parser.add_argument("model", help="builtin:NAME, an .onnx file, or a source export reads")
     parser.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     parser.add_argument("--variants", type=comma_list(str),
                         default=VARIANTS,
@@ -31,18 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration", type=comma_list(str),
                         default=CALIBRATIONS,
                         help="comma list of minmax, entropy, percentile (int8-static)")
-    parser.add_argument("--calib-data", type=Path,
-                        help=".npz (one array per input name) or a folder of NAME.npy")
     parser.add_argument("--calib-count", type=positive_int, default=CALIB_COUNT,
                         help="calibration samples")
-    parser.add_argument("--random-calibration", action="store_true",
-                        help="calibrate on random data (meaningless for accuracy; testing only)")
     parser.add_argument("--sensitivity", action="store_true",
                         help="rank layers by the quantization noise they add")
     parser.add_argument("--max-accuracy-drop", metavar="X",
                         help="budget in metric points, or X%% relative: keeps sensitive layers "
                              "in float until int8 meets it")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_data_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
     from turboinfer.optimize.pipeline import settings_from
 
     settings = settings_from(
-        args.variants, calibrations=args.calibration, calib_data=args.calib_data,
-        calib_count=args.calib_count, random_calibration=args.random_calibration,
-        sensitivity=args.sensitivity, max_accuracy_drop=args.max_accuracy_drop)
+        args.variants, calibrations=args.calibration, calib_count=args.calib_count,
+        sensitivity=args.sensitivity, max_accuracy_drop=args.max_accuracy_drop,
+        **data_keywords(args))
     with ProgressDisplay() as display:
         report = optimize(args.model, args.output, settings=settings, progress=display.stage)
     if args.json:
@@ -67,6 +65,8 @@ def _print_report(report: Any) -> None:
     metric = report.metric
     print(f"model: {report.model}" + (f"  metric: {metric.name} ({metric.unit})"
                                       if metric else "  metric: none"))
+    if metric is not None and metric.description:
+        print(f"measured: {metric.description}")
     if report.activation is not None:
         act = report.activation
         print(f"int8 activations: {act.chosen.value} ({act.reason})")

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.commands._data_args import add_data_arguments, data_keywords
 from turboinfer.output import format_table, print_json
 from turboinfer.progress import ProgressDisplay
 
@@ -15,7 +16,7 @@ HELP = "search variants x engines x settings under a latency SLO and accuracy bu
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="builtin:NAME or a path to an .onnx file")
+    parser.add_argument("model", help="builtin:NAME, an .onnx file, or a source export reads")
     parser.add_argument("--slo-p99-ms", type=float, required=True,
                         help="p99 latency target per request, in ms")
     parser.add_argument("--max-accuracy-drop", required=True, metavar="X",
@@ -30,7 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list (default: 1,2,4,8,16,32)")
     parser.add_argument("--threads", type=comma_list(positive_int),
                         help="intra-op thread counts to try (default: 1 and all usable cores)")
-    parser.add_argument("--calib-data", type=Path, help=".npz or folder of .npy")
     parser.add_argument("--calib-count", type=positive_int)
     parser.add_argument("--prune", type=float, metavar="S",
                         help="also try the model pruned to sparsity S in (0, 1) (built-ins "
@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="distillation epochs after pruning (default: the pruner's)")
     parser.add_argument("--name", help="entry name in the repository (default: model name)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_data_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,16 +50,18 @@ def run(args: argparse.Namespace) -> int:
     with ProgressDisplay() as display:
         report = tune(args.model, args.output, slo_p99_ms=args.slo_p99_ms,
                       max_accuracy_drop=args.max_accuracy_drop, engines=args.engines,
-                      variants=args.variants, calib_data=args.calib_data,
+                      variants=args.variants,
                       calib_count=args.calib_count, batch_sizes=args.batch_sizes,
                       threads=args.threads, name=args.name,
                       prune=args.prune, prune_epochs=args.prune_epochs,
-                      progress=display.stage)
+                      progress=display.stage, **data_keywords(args))
     if args.json:
         print_json(report.to_dict())
         return 0
+    metric = report.optimize.metric
     print(f"model: {report.model}  SLO p99 {args.slo_p99_ms:g} ms  "
-          f"budget {report.settings.budget}  ({report.elapsed_s:.0f} s)")
+          f"budget {report.settings.budget}" + (f" of {metric.name}" if metric else "")
+          + f"  ({report.elapsed_s:.0f} s)")
     print(format_table(TABLE_COLUMNS, report.table_rows()))
     for note in report.notes:
         print(f"note: {note}")

@@ -48,3 +48,60 @@ def mean_cosine(
         norms = np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1)
         total += float((dot / np.maximum(norms, 1e-12)).sum())
     return total / len(evalset)
+
+
+# Scores of a whole output array against labels (or reference outputs), first axis =
+# samples. Percent-like scores (top-1, F1, cosine x 100, relative error) share one scale,
+# so a budget in points means a comparable change whichever one is measured.
+
+
+def collect(run: RunFn, inputs: Feeds, *, output: str | None, size: int = BATCH) -> np.ndarray:
+    """The model's ``output`` (its first when None) over ``inputs``, run ``size`` at a time."""
+    count = len(next(iter(inputs.values())))
+    parts = []
+    for start in range(0, count, size):
+        result = run({name: value[start : start + size] for name, value in inputs.items()})
+        parts.append(np.asarray(result[output] if output in result
+                                else next(iter(result.values()))))
+    return np.concatenate(parts)
+
+
+def top1(outputs: np.ndarray, labels: np.ndarray) -> float:
+    """Percent of rows whose arg-max over the last axis equals the label."""
+    return 100.0 * float((outputs.argmax(axis=-1) == labels.reshape(-1)).mean())
+
+
+def _classes(outputs: np.ndarray) -> np.ndarray:
+    if outputs.ndim > 1 and outputs.shape[-1] > 1:
+        return outputs.argmax(axis=-1).reshape(-1)
+    return (outputs.reshape(-1) > 0).astype(np.int64)  # one logit: positive above zero
+
+
+def macro_f1(outputs: np.ndarray, labels: np.ndarray) -> float:
+    """Macro-averaged F1 in percent; one-column outputs are binary logits."""
+    predicted, truth = _classes(outputs), labels.reshape(-1).astype(np.int64)
+    scores = []
+    for label in np.union1d(predicted, truth):
+        hit = float(((predicted == label) & (truth == label)).sum())
+        total = float((predicted == label).sum() + (truth == label).sum())
+        scores.append(2.0 * hit / total if total else 1.0)
+    return 100.0 * float(np.mean(scores))
+
+
+def cosine_points(outputs: np.ndarray, labels: np.ndarray) -> float:
+    """Mean cosine x 100 of each vector (last axis) to its label vector."""
+    got = outputs.astype(np.float64).reshape(-1, outputs.shape[-1])
+    ref = labels.astype(np.float64).reshape(-1, outputs.shape[-1])
+    dot = (got * ref).sum(axis=-1)
+    norms = np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1)
+    return 100.0 * float(np.mean(dot / np.maximum(norms, 1e-12)))
+
+
+def mean_abs_error(outputs: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.abs(outputs.astype(np.float64) - labels.reshape(outputs.shape)).mean())
+
+
+def relative_error_points(outputs: np.ndarray, reference: np.ndarray) -> float:
+    """Mean absolute error in percent of the reference's mean magnitude."""
+    scale = max(float(np.abs(reference.astype(np.float64)).mean()), 1e-12)
+    return 100.0 * mean_abs_error(outputs, reference) / scale

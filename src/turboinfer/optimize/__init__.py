@@ -19,7 +19,9 @@ from turboinfer.optimize.settings import (
     AccuracyBudget,
     ActivationType,
     CalibrationMethod,
+    ImagePrep,
     MeasureSettings,
+    MetricKind,
     OptimizeSettings,
     TuneSettings,
     Variant,
@@ -33,7 +35,9 @@ __all__ = [
     "AccuracyBudget",
     "ActivationType",
     "CalibrationMethod",
+    "ImagePrep",
     "MeasureSettings",
+    "MetricKind",
     "ModelRef",
     "OptimizeReport",
     "OptimizeSettings",
@@ -54,7 +58,11 @@ def optimize(
     calibrations: Sequence[str] | None = None,
     calib_data: str | Path | None = None,
     calib_count: int | None = None,
-    random_calibration: bool | None = None,
+    calib_images: str | Path | None = None,
+    image_prep: ImagePrep | None = None,
+    synthetic_calib: bool | None = None,
+    eval_data: str | Path | None = None,
+    metric: str | None = None,
     sensitivity: bool | None = None,
     max_accuracy_drop: str | float | None = None,
     settings: OptimizeSettings | None = None,
@@ -64,13 +72,18 @@ def optimize(
     model) into ``output_dir``; returns the report also written as ``report.json``.
 
     ``max_accuracy_drop`` is absolute points (``1`` or ``"1"``) or relative (``"1%"``).
+    ``eval_data`` (``.npz``, a folder of ``.npy``, or ``package.module:function``) and
+    ``metric`` (top1, cosine, f1, mae) say what accuracy is; without them a budget is
+    checked as fidelity to FP32 on held-out calibration samples (``calib_data``,
+    ``calib_images`` with ``image_prep``, or ``synthetic_calib``).
     Keywords left as None keep the defaults of ``OptimizeSettings``; ``settings`` replaces
     all of them.
     """
     if settings is None:
         settings = settings_from(
             variants, calibrations=calibrations, calib_data=calib_data,
-            calib_count=calib_count, random_calibration=random_calibration,
+            calib_count=calib_count, calib_images=calib_images, image_prep=image_prep,
+            synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric,
             sensitivity=sensitivity, max_accuracy_drop=max_accuracy_drop)
     return run_optimize(model, Path(output_dir), settings, progress)
 
@@ -85,6 +98,11 @@ def tune(
     variants: Sequence[str] | None = None,
     calib_data: str | Path | None = None,
     calib_count: int | None = None,
+    calib_images: str | Path | None = None,
+    image_prep: ImagePrep | None = None,
+    synthetic_calib: bool | None = None,
+    eval_data: str | Path | None = None,
+    metric: str | None = None,
     batch_sizes: Sequence[int] | None = None,
     threads: Sequence[int] | None = None,
     name: str | None = None,
@@ -99,13 +117,15 @@ def tune(
 
     ``prune`` (a sparsity in (0, 1), built-in models only) adds the pruned model and its
     quantized variants as candidates, judged against the unpruned FP32 metric;
-    ``prune_epochs`` sets its distillation epochs.
+    ``prune_epochs`` sets its distillation epochs. The data keywords are those of
+    ``optimize``: with no labels the budget is checked as fidelity to FP32.
     """
     settings = tune_settings_from(
         slo_p99_ms=slo_p99_ms, max_accuracy_drop=max_accuracy_drop, engines=engines,
         variants=variants, calib_data=calib_data, calib_count=calib_count,
         batch_sizes=batch_sizes, threads=threads, name=name, prune=prune,
-        prune_epochs=prune_epochs)
+        prune_epochs=prune_epochs, calib_images=calib_images, image_prep=image_prep,
+        synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric)
     return run_tune(model, Path(repo), settings, progress)
 
 

@@ -1,4 +1,5 @@
-"""Calibration data (the zoo's, the user's, or random on request) and activation ranges.
+"""Calibration data (the user's arrays or images, the zoo's, or synthetic on request) and
+activation ranges.
 
 Ranges are computed once per method with ONNX Runtime's calibrators and saved as ORT's
 calibration cache, so quantizing again (the other activation type, a mixed-precision
@@ -21,10 +22,11 @@ from onnxruntime.quantization import CalibrationMethod as OrtCalibration
 from onnxruntime.quantization.calibrate import save_tensors_data
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-from turboinfer.bench.inputs import random_feeds
 from turboinfer.engines.base import TensorSpec, format_shape
 from turboinfer.errors import ConfigError, InvalidInputError
+from turboinfer.optimize.images import load_images
 from turboinfer.optimize.settings import CalibrationMethod, OptimizeSettings
+from turboinfer.optimize.synthetic import synthetic_feeds
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,8 @@ Feeds = dict[str, np.ndarray]
 CHUNK = 64
 # Samples per model run when the batch axis is dynamic.
 BATCH = 16
+# The most samples held out of the calibration data for the fidelity check.
+HOLDOUT_MAX = 256
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class CalibrationSet:
     feeds: Feeds
     source: str
     notes: tuple[str, ...] = ()
+    held_out: Feeds | None = None  # set apart for the fidelity check, never calibrated on
 
     @property
     def count(self) -> int:
@@ -74,31 +79,59 @@ CALIBRATORS: dict[CalibrationMethod, CalibratorSpec] = {
 }
 
 
-def load_calibration(entry: Any, specs: list[TensorSpec],
-                     settings: OptimizeSettings) -> CalibrationSet:
-    """The user's file, else the zoo entry's data, else random data when explicitly asked."""
+def load_calibration(entry: Any, specs: list[TensorSpec], settings: OptimizeSettings, *,
+                     model_path: Path | None = None, hold_out: bool = False
+                     ) -> CalibrationSet:
+    """The user's arrays or images, else the zoo entry's data, else synthetic data when
+    asked. ``hold_out`` sets samples apart for the fidelity check (``held_out``); the
+    calibration then uses only the others."""
     wanted = settings.calib_count
-    if settings.calib_data is not None:
-        feeds, source = read_user_data(settings.calib_data), str(settings.calib_data)
-    elif entry is not None:
-        feeds, source = dict(entry.calibration(wanted)), f"builtin:{entry.name}"
-    elif settings.random_calibration:
-        log.warning("CALIBRATING ON RANDOM DATA: int8-static ranges and accuracy are "
-                    "meaningless for real inputs; pass --calib-data for a real model")
-        feeds, source = random_feeds(specs, wanted, seed=0), "random (requested)"
-    else:
-        raise ConfigError("no calibration data for this model: pass --calib-data PATH "
-                          "(.npz or a folder of .npy, one array per input name)")
+    extra = min(wanted, HOLDOUT_MAX) if hold_out else 0
+    feeds, source = _read_source(entry, specs, settings, model_path, wanted + extra)
     feeds = conform(feeds, specs)
-    notes = []
     available = len(next(iter(feeds.values())))
+    held_out = None
+    if hold_out:
+        held = holdout_count(available)
+        if held < 1:
+            raise InvalidInputError(f"calibration data holds {available} sample(s): the "
+                                    "fidelity check needs at least 2, one held out")
+        held_out = {name: value[available - held :] for name, value in feeds.items()}
+        feeds = {name: value[: available - held] for name, value in feeds.items()}
+        available -= held
+    notes = []
     if available < wanted:
         notes.append(f"calibrated on {available} samples: fewer than the {wanted} asked for "
-                     "exist")
+                     "exist" + (" once some were held out for the fidelity check"
+                                if hold_out else ""))
     feeds = {name: value[:wanted] for name, value in feeds.items()}
-    if source.startswith("random"):
-        notes.append("calibration data is random: accuracy of int8-static is not meaningful")
-    return CalibrationSet(feeds, source, tuple(notes))
+    if source.startswith("synthetic"):
+        notes.append("calibration data is synthetic: ranges and the fidelity check hold "
+                     "for random inputs only; pass --calib-data or --calib-images")
+    return CalibrationSet(feeds, source, tuple(notes), held_out)
+
+
+def holdout_count(available: int) -> int:
+    """Half of the samples, at most ``HOLDOUT_MAX``: the rest calibrate."""
+    return min(available // 2, HOLDOUT_MAX)
+
+
+def _read_source(entry: Any, specs: list[TensorSpec], settings: OptimizeSettings,
+                 model_path: Path | None, count: int) -> tuple[Feeds, str]:
+    if settings.calib_data is not None:
+        return read_user_data(settings.calib_data), str(settings.calib_data)
+    if settings.calib_images is not None:
+        images = load_images(settings.calib_images, specs, settings.image_prep, count)
+        return images, f"images in {settings.calib_images}"
+    if entry is not None:
+        return dict(entry.calibration(count)), f"builtin:{entry.name}"
+    if settings.synthetic_calib:
+        log.warning("CALIBRATING ON SYNTHETIC DATA drawn from the input specs: real data "
+                    "is better; pass --calib-data FILE or --calib-images DIR")
+        return synthetic_feeds(specs, count, model_path), "synthetic (from the input specs)"
+    raise ConfigError("no calibration data for this model: pass --calib-data PATH (.npz or "
+                      "a folder of .npy, one array per input name), --calib-images DIR, "
+                      "or --synthetic-calib")
 
 
 def read_user_data(path: Path) -> Feeds:
@@ -106,15 +139,16 @@ def read_user_data(path: Path) -> Feeds:
     if path.is_dir():
         files = sorted(path.glob("*.npy"))
         if not files:
-            raise ConfigError(f"calibration folder {path} holds no .npy files")
+            raise ConfigError(f"data folder {path} holds no .npy files")
         return {file.stem: np.load(file, allow_pickle=False) for file in files}
     if path.suffix == ".npz" and path.is_file():
         with np.load(path, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
-    raise ConfigError(f"calibration data {path}: expected an .npz file or a folder of .npy")
+    raise ConfigError(f"data {path}: expected an .npz file or a folder of .npy")
 
 
-def conform(feeds: Mapping[str, np.ndarray], specs: list[TensorSpec]) -> Feeds:
+def conform(feeds: Mapping[str, np.ndarray], specs: list[TensorSpec], *,
+            what: str = "calibration data") -> Feeds:
     """Check names and per-sample shapes against the model; cast to the input dtypes.
 
     Axis 0 is the sample axis; every other fixed axis must match the model exactly.
@@ -122,23 +156,23 @@ def conform(feeds: Mapping[str, np.ndarray], specs: list[TensorSpec]) -> Feeds:
     expected = {spec.name for spec in specs}
     unknown = sorted(set(feeds) - expected)
     if unknown:
-        raise InvalidInputError(f"calibration data has input {unknown[0]!r}, which the model "
+        raise InvalidInputError(f"{what} has input {unknown[0]!r}, which the model "
                                 f"lacks (model inputs: {', '.join(sorted(expected))})")
     counts = set()
     result = {}
     for spec in specs:
         if spec.name not in feeds:
-            raise InvalidInputError(f"calibration data lacks model input {spec.name!r}")
-        result[spec.name] = _conform_one(np.asarray(feeds[spec.name]), spec)
+            raise InvalidInputError(f"{what} lacks model input {spec.name!r}")
+        result[spec.name] = _conform_one(np.asarray(feeds[spec.name]), spec, what)
         counts.add(len(result[spec.name]))
     if len(counts) > 1:
-        raise InvalidInputError(f"calibration inputs have different sample counts: {counts}")
+        raise InvalidInputError(f"{what}: inputs have different sample counts: {counts}")
     if counts == {0}:
-        raise InvalidInputError("calibration data holds no samples")
+        raise InvalidInputError(f"{what} holds no samples")
     return result
 
 
-def _conform_one(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+def _conform_one(array: np.ndarray, spec: TensorSpec, what: str) -> np.ndarray:
     sample_dims = spec.shape[1:]
     bad_shape = array.ndim != len(spec.shape) or any(
         isinstance(dim, int) and dim > 0 and dim != size
@@ -146,11 +180,11 @@ def _conform_one(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     )
     if bad_shape:
         raise InvalidInputError(
-            f"calibration input {spec.name!r} has shape {list(array.shape)}; the model expects "
+            f"{what}: input {spec.name!r} has shape {list(array.shape)}; the model expects "
             f"samples x {format_shape(sample_dims)}")
     same_kind = np.issubdtype(array.dtype, np.floating) == np.issubdtype(spec.dtype, np.floating)
     if not same_kind:
-        raise InvalidInputError(f"calibration input {spec.name!r} is {array.dtype.name}, "
+        raise InvalidInputError(f"{what}: input {spec.name!r} is {array.dtype.name}, "
                                 f"the model expects {spec.dtype.name}")
     return array.astype(spec.dtype, copy=False)
 

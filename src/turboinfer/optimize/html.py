@@ -52,7 +52,7 @@ def _summary(data: Mapping[str, Any]) -> str:
     chosen = data.get("chosen")
     machine = data.get("machine") or {}
     rows = [("model", data["model"]), ("SLO", f"p99 <= {data['slo_p99_ms']:g} ms"),
-            ("accuracy budget", f"drop <= {data['max_accuracy_drop']}"),
+            ("accuracy budget", f"drop <= {budget_text(data)}"),
             ("chosen", chosen["label"] if chosen else "nothing chosen"),
             ("entry", data.get("entry") or "-"),
             ("machine", f"{machine.get('cpu', '?')}, "
@@ -111,14 +111,14 @@ def pareto_front(points: Sequence[tuple[float, float]],
 
 
 def budget_floor(data: Mapping[str, Any]) -> float | None:
-    """The worst metric the budget allows, from the reference and ``max_accuracy_drop``
-    (a number in the metric's unit, or N% of the reference)."""
-    metric = (data.get("optimize") or {}).get("metric")
-    if not metric or metric.get("reference") is None:
-        return None
-    text, reference = str(data["max_accuracy_drop"]).strip(), float(metric["reference"])
-    drop = abs(reference) * float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    return reference - drop if metric.get("higher_is_better", True) else reference + drop
+    """The worst metric the budget allows, as the report computed it (None: no metric)."""
+    floor = data.get("budget_floor")
+    return None if floor is None else float(floor)
+
+
+def budget_text(data: Mapping[str, Any]) -> str:
+    budget = data.get("max_accuracy_drop") or {}
+    return str(budget.get("text", "-"))
 
 
 def accuracy_chart(data: Mapping[str, Any], candidates: Sequence[Row],
@@ -143,7 +143,7 @@ def accuracy_chart(data: Mapping[str, Any], candidates: Sequence[Row],
                                  line={"color": "#555", "width": 1.5, "shape": "hv"}))
     floor = budget_floor(data)
     if floor is not None:
-        charts.horizontal_line(fig, floor, f"accuracy budget: drop <= {data['max_accuracy_drop']}",
+        charts.horizontal_line(fig, floor, f"accuracy budget: drop <= {budget_text(data)}",
                                colour="#1b7f3b")
     return fig
 

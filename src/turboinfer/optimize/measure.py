@@ -8,6 +8,7 @@ judged here, the same way.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,27 +19,44 @@ from turboinfer.bench.inputs import random_feeds
 from turboinfer.bench.latency import time_runs
 from turboinfer.bench.stats import LatencyStats, summarize_ns
 from turboinfer.engines import EngineSettings, ModelArtifact, Session, load_session
+from turboinfer.errors import TurboinferError
 from turboinfer.models.zoo import EvalSet, ZooEntry
+from turboinfer.optimize.evaluation import Evaluator, zoo_evaluator
 from turboinfer.optimize.report import Built, VariantResult
 from turboinfer.optimize.settings import AccuracyBudget, MeasureSettings, Variant
+
+# How ORT and OpenVINO name the node an error is about.
+_NODE = re.compile(r"node(?: with name)? '?([^'\s:]+)'?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Judge:
-    """What every variant is judged on, built once per model."""
+    """What every variant is judged on, built once per model. ``evaluator`` is the
+    metric bound to its data; without one, a zoo entry's metric on ``evalset`` is used."""
 
-    entry: ZooEntry | None  # evaluation set and metric, when the model has them
+    entry: ZooEntry | None  # the built-in model, when it is one
     evalset: EvalSet | None
     feeds: Mapping[str, np.ndarray] | None  # batch-1 inputs; None: random from the specs
     settings: MeasureSettings
+    evaluator: Evaluator | None = None
+
+    @property
+    def scorer(self) -> Evaluator | None:
+        """The metric variants are scored on; None: accuracy is not compared."""
+        if self.evaluator is not None:
+            return self.evaluator
+        if self.entry is not None and self.evalset is not None:
+            return zoo_evaluator(self.entry, self.evalset)
+        return None
 
     @property
     def has_metric(self) -> bool:
-        return self.entry is not None and self.evalset is not None
+        return self.scorer is not None
 
     @property
     def higher_is_better(self) -> bool:
-        return self.entry is None or self.entry.metric.higher_is_better
+        scorer = self.scorer
+        return scorer is None or scorer.higher_is_better
 
 
 def open_session(path: Path, engine: str = "onnxruntime",
@@ -47,10 +65,11 @@ def open_session(path: Path, engine: str = "onnxruntime",
 
 
 def metric_of(path: Path, judge: Judge, engine: str = "onnxruntime") -> float | None:
-    if judge.entry is None or judge.evalset is None:
+    scorer = judge.scorer
+    if scorer is None:
         return None
     session = open_session(path, engine)
-    return float(judge.entry.metric.compute(session.run, judge.evalset))
+    return float(scorer.compute(session.run))
 
 
 def batch1_feeds(session: Session, judge: Judge) -> Mapping[str, np.ndarray]:
@@ -103,15 +122,35 @@ def judge_built(built: Built, judge: Judge, *, reference: VariantResult,
     if built.path is None:
         return VariantResult(built.name, built.variant, skipped=built.skipped,
                              calibration=built.calibration, details=built.details)
-    metric = metric_of(built.path, judge)
+    try:
+        metric = metric_of(built.path, judge)
+        latency = latency_of(built.path, judge)
+    except (TurboinferError, RuntimeError) as exc:  # ORT and OpenVINO raise RuntimeErrors
+        return VariantResult(built.name, built.variant, skipped=engine_failure(exc),
+                             calibration=built.calibration, details=built.details)
     delta = within = None
     if metric is not None and reference.metric is not None:
         delta = metric - reference.metric
         if budget is not None:
             within = budget.meets(reference.metric, metric, judge.higher_is_better)
     return VariantResult(built.name, built.variant, built.path, file_size(built.path), metric,
-                         delta, within, latency_of(built.path, judge),
+                         delta, within, latency,
                          calibration=built.calibration, details=built.details)
+
+
+def failure_line(exc: BaseException) -> str:
+    """An exception's message on one line, naming the graph node when the engine does."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    node = _NODE.search(str(exc))
+    if node and node.group(1) not in text:
+        text += f" (node {node.group(1)!r})"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def engine_failure(exc: BaseException) -> str:
+    return (f"engine error: {failure_line(exc)}; try another engine (--engines) or leave "
+            "this variant out (--variants)")
 
 
 def file_size(path: Path) -> int:

@@ -12,18 +12,20 @@ from typing import Any
 
 import onnx
 
-from turboinfer.errors import ConfigError
+from turboinfer.errors import ConfigError, TurboinferError
 from turboinfer.models import ResolvedModel, resolve_model
 from turboinfer.models.onnx_file import check_onnx, input_specs
 from turboinfer.models.zoo import ZooEntry
 from turboinfer.optimize.activation import MachineFacts, decide_activation, machine_facts
-from turboinfer.optimize.calibration import load_calibration
 from turboinfer.optimize.context import Context
-from turboinfer.optimize.measure import Judge, judge_built, judge_reference
+from turboinfer.optimize.fidelity import PREFIX as FIDELITY
+from turboinfer.optimize.judging import judge_and_calibration
+from turboinfer.optimize.measure import Judge, failure_line, judge_built, judge_reference
 from turboinfer.optimize.mixed import add_mixed_precision
 from turboinfer.optimize.quantize import prepare, weighted_nodes
 from turboinfer.optimize.report import (
     ActivationDecision,
+    Built,
     MetricInfo,
     OptimizeReport,
     VariantResult,
@@ -73,16 +75,16 @@ def run_optimize(model: ModelRef, output_dir: Path, settings: OptimizeSettings,
         results = [reference]
         for variant in settings.variants:
             say(f"building {variant.value}")
-            for built in BUILDERS[variant](ctx):
+            for built in build_variant(variant, ctx):
                 results.append(judge_built(built, ctx.judge, reference=reference,
                                            budget=settings.budget))
+        evaluator = ctx.judge.scorer
         report = OptimizeReport(
-            model=resolved.name, metric=_metric_info(resolved.entry, ctx.judge),
-            variants=tuple(results), output_dir=out,
-            budget=str(settings.budget) if settings.budget else None,
+            model=resolved.name, metric=_metric_info(ctx.judge),
+            variants=tuple(results), output_dir=out, budget=settings.budget,
             activation=ctx.activation if settings.needs_calibration and ctx.layers else None,
             calibration=_calibration_info(ctx), notes=_notes(ctx, resolved.entry, results),
-            machine=facts.summary)
+            machine=facts.summary, evaluate=evaluator.compute if evaluator else None)
         report = _precision_steps(report, ctx, say)
     report.write()
     return report
@@ -95,12 +97,8 @@ def _context(resolved: ResolvedModel, out: Path, work: Path, settings: OptimizeS
     say("preparing the float model")
     base = prepare(source, work / "base.onnx")
     layers = tuple(weighted_nodes(onnx.load(str(base), load_external_data=False)))
-    entry = resolved.entry
-    judge = Judge(entry, entry.evaluation() if entry is not None else None,
-                  entry.example_inputs(1) if entry is not None else None, settings.measure)
-    calib = None
-    if settings.needs_calibration and layers:
-        calib = load_calibration(entry, specs, settings)
+    judge, calib = judge_and_calibration(resolved, source, specs, settings,
+                                         calibrate=settings.needs_calibration and bool(layers))
     ctx = Context(source, base, out, work, settings, judge, specs, layers, calib,
                   ActivationDecision(facts.activation, facts.activation), facts.fast_fp16)
     if calib is not None:
@@ -122,17 +120,36 @@ def _precision_steps(report: OptimizeReport, ctx: Context, say: Progress) -> Opt
     return report
 
 
-def _metric_info(entry: ZooEntry | None, judge: Judge) -> MetricInfo | None:
-    if entry is None or not judge.has_metric:
+def build_variant(variant: Variant, ctx: Context) -> list[Built]:
+    """The variant's files, or one skipped record saying why its build failed: one
+    variant that a quantizer cannot handle must not end the run for the others."""
+    try:
+        return BUILDERS[variant](ctx)
+    except TurboinferError as exc:
+        if isinstance(exc, ConfigError):
+            raise  # the user's settings: every variant would fail the same way
+        reason = failure_line(exc)
+    except Exception as exc:  # quantizers raise anything on a graph they cannot handle
+        reason = failure_line(exc)
+    log.warning("building %s failed: %s", variant.value, reason)
+    return [Built(variant.value, variant, skipped=f"build failed: {reason}; leave it out "
+                  "with --variants or report the layer named")]
+
+
+def _metric_info(judge: Judge) -> MetricInfo | None:
+    evaluator = judge.scorer
+    if evaluator is None:
         return None
-    metric = entry.metric
-    return MetricInfo(metric.name, metric.unit, metric.higher_is_better)
+    return MetricInfo(evaluator.name, evaluator.unit, evaluator.higher_is_better,
+                      evaluator.description)
 
 
 def _calibration_info(ctx: Context) -> dict[str, Any]:
     if ctx.calib is None:
         return {}
+    held_out = ctx.calib.held_out
     return {"source": ctx.calib.source, "count": ctx.calib.count,
+            "held_out": len(next(iter(held_out.values()))) if held_out else 0,
             "methods": [m.value for m in ctx.settings.calibrations],
             "notes": list(ctx.calib.notes)}
 
@@ -142,9 +159,13 @@ def _notes(ctx: Context, entry: ZooEntry | None,
     notes: list[str] = []
     if not ctx.layers:
         notes.append(f"{NOTHING_TO_QUANTIZE}; the FP32 model is the answer")
-    if entry is None:
-        notes.append("no evaluation set for this model: accuracy is not measured")
-    elif entry.random_weights:
+    scorer = ctx.judge.scorer
+    if scorer is None:
+        notes.append("no --eval-data and no --max-accuracy-drop: variants are not compared "
+                     "on accuracy")
+    elif scorer.name.startswith(FIDELITY):
+        notes.append(f"no labels: the budget is checked on {scorer.description}")
+    if entry is not None and entry.random_weights:
         notes.append("the model has random weights: metrics compare variants to FP32 only")
     if ctx.calib is not None:
         notes.extend(ctx.calib.notes)

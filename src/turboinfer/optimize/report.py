@@ -6,7 +6,7 @@ written relative to the report's folder when they live inside it, so the folder 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,13 @@ import orjson
 
 from turboinfer.bench.stats import LatencyStats
 from turboinfer.errors import ConfigError
-from turboinfer.optimize.settings import ActivationType, CalibrationMethod, Variant
+from turboinfer.models.zoo import RunFn
+from turboinfer.optimize.settings import (
+    AccuracyBudget,
+    ActivationType,
+    CalibrationMethod,
+    Variant,
+)
 
 
 @dataclass(frozen=True)
@@ -121,9 +127,23 @@ class MixedResult:
 
 @dataclass(frozen=True)
 class MetricInfo:
-    name: str
+    name: str  # "fidelity:..." when measured against the FP32 model's outputs
     unit: str
     higher_is_better: bool
+    description: str = ""  # what was measured, on which data
+
+
+def budget_dict(budget: AccuracyBudget | None, reference: float | None,
+                higher_is_better: bool) -> dict[str, Any] | None:
+    """The budget as numbers, and the worst metric it allows (``floor``) when known."""
+    if budget is None:
+        return None
+    floor = None
+    if reference is not None:
+        drop = budget.allowed_drop(reference)
+        floor = reference - drop if higher_is_better else reference + drop
+    return {"value": budget.value, "relative": budget.relative, "text": str(budget),
+            "floor": floor}
 
 
 @dataclass(frozen=True)
@@ -132,13 +152,17 @@ class OptimizeReport:
     metric: MetricInfo | None
     variants: tuple[VariantResult, ...]
     output_dir: Path
-    budget: str | None = None
+    budget: AccuracyBudget | None = None
     activation: ActivationDecision | None = None
     calibration: Mapping[str, Any] = field(default_factory=dict)
     sensitivity: tuple[LayerSensitivity, ...] = ()
     mixed: MixedResult | None = None
     notes: tuple[str, ...] = ()
     machine: Mapping[str, Any] = field(default_factory=dict)
+    # The metric as a function of an engine's ``run``, to judge a variant on another
+    # engine; not part of report.json.
+    evaluate: Callable[[RunFn], float] | None = field(default=None, compare=False,
+                                                      repr=False)
 
     @property
     def reference(self) -> VariantResult:
@@ -176,8 +200,10 @@ class OptimizeReport:
             "metric": None if self.metric is None else {
                 "name": self.metric.name, "unit": self.metric.unit,
                 "higher_is_better": self.metric.higher_is_better,
-                "reference": self.reference.metric},
-            "budget": self.budget,
+                "reference": self.reference.metric,
+                "description": self.metric.description},
+            "budget": budget_dict(self.budget, self.reference.metric,
+                                  self.metric.higher_is_better if self.metric else True),
             "activation_type": self.activation.to_dict() if self.activation else None,
             "calibration": dict(self.calibration),
             "variants": [v.to_dict(root) for v in self.variants],

@@ -38,6 +38,33 @@ class CalibrationMethod(str, enum.Enum):
     PERCENTILE = "percentile"
 
 
+class MetricKind(str, enum.Enum):
+    """Built-in metrics over labels (``--metric``); None infers one from labels and output."""
+
+    TOP1 = "top1"  # percent of arg-max == label
+    COSINE = "cosine"  # mean cosine x 100 to label vectors
+    F1 = "f1"  # macro F1 in percent
+    MAE = "mae"  # mean absolute error, in the labels' unit; lower is better
+
+
+@dataclass(frozen=True)
+class ImagePrep:
+    """How a folder of images becomes model inputs: shorter side resized to ``resize``,
+    centre crop of ``crop`` (None: the model's fixed height/width, else ``resize``), scaled
+    to [0, 1], then ``(x - mean) / std`` per RGB channel, laid out NCHW."""
+
+    resize: int = 256
+    crop: int | None = None
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+    def __post_init__(self) -> None:
+        if self.resize < 1 or (self.crop is not None and not 1 <= self.crop <= self.resize):
+            raise ConfigError("--resize must be >= 1 and --crop in [1, resize]")
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ConfigError("--mean and --std take three numbers (R,G,B), std > 0")
+
+
 class ActivationType(str, enum.Enum):
     """Element type of quantized activations (weights are always signed int8)."""
 
@@ -103,7 +130,14 @@ class OptimizeSettings:
     calibrations: tuple[CalibrationMethod, ...] = tuple(CalibrationMethod)
     calib_data: Path | None = None
     calib_count: int = 500
-    random_calibration: bool = False  # only when asked: random data says nothing real
+    calib_images: Path | None = None  # a folder of images, prepared by ``image_prep``
+    image_prep: ImagePrep = ImagePrep()
+    # Inputs drawn from the model's input specs; only when asked: they say little about
+    # real data, and a budget measured on them holds only for that distribution.
+    synthetic_calib: bool = False
+    # ``.npz``, a folder of ``.npy`` (inputs by name plus ``labels``) or ``module:function``
+    eval_data: str | None = None
+    metric: MetricKind | None = None  # None: inferred from the labels and the output
     percentile: float = 99.99
     entropy_bins: int = 2048  # ORT's default 128 makes Entropy equal MinMax
     int4_block_size: int = 32
@@ -129,6 +163,14 @@ class OptimizeSettings:
             raise ConfigError("entropy calibration needs at least 128 histogram bins")
         if self.int4_block_size not in (16, 32, 64, 128, 256):
             raise ConfigError("int4 block size must be a power of two from 16 to 256")
+        if self.calib_data is not None and self.calib_images is not None:
+            raise ConfigError("give --calib-data or --calib-images, not both")
+        if self.calib_images is not None and not self.calib_images.is_dir():
+            raise ConfigError(f"--calib-images {self.calib_images}: not a folder")
+        if self.eval_data is not None:
+            check_eval_data(self.eval_data)
+        elif self.metric is not None:
+            raise ConfigError("--metric needs --eval-data with labels to compute it on")
 
     @property
     def needs_calibration(self) -> bool:
@@ -202,11 +244,14 @@ def tune_settings_from(*, slo_p99_ms: float, max_accuracy_drop: str | float,
                        calib_data: str | Path | None = None, calib_count: int | None = None,
                        batch_sizes: Sequence[int] | None = None,
                        threads: Sequence[int] | None = None, name: str | None = None,
-                       prune: float | None = None, prune_epochs: int | None = None
-                       ) -> TuneSettings:
-    """Tune settings from the API keywords of ``tune``; None keeps a default."""
+                       prune: float | None = None, prune_epochs: int | None = None,
+                       **data: Any) -> TuneSettings:
+    """Tune settings from the API keywords of ``tune``; None keeps a default. ``data``
+    takes the data keywords of ``settings_from`` (``calib_images``, ``image_prep``,
+    ``synthetic_calib``, ``eval_data``, ``metric``)."""
     optimize = settings_from(variants, calib_data=calib_data, calib_count=calib_count,
-                             max_accuracy_drop=max_accuracy_drop, measure=TUNE_MEASURE)
+                             max_accuracy_drop=max_accuracy_drop, measure=TUNE_MEASURE,
+                             **data)
     return TuneSettings(
         slo_p99_ms=float(slo_p99_ms), optimize=optimize, engines=tuple(engines or ()),
         threads=tuple(threads or ()),
@@ -225,9 +270,27 @@ def settings_from(variants: Sequence[str] | None = None, **fields: Any) -> Optim
     budget = values.pop("max_accuracy_drop", None)
     if budget is not None:
         values["budget"] = AccuracyBudget.parse(str(budget))
-    if "calib_data" in values:
-        values["calib_data"] = Path(values["calib_data"])
+    for key in ("calib_data", "calib_images"):
+        if key in values:
+            values[key] = Path(values[key])
+    if "eval_data" in values:
+        values["eval_data"] = str(values["eval_data"])
+    if "metric" in values:
+        values["metric"] = _parse_enum(MetricKind, str(values["metric"]), "metric",
+                                       tuple(MetricKind))
     return OptimizeSettings(**values)
+
+
+def check_eval_data(ref: str) -> None:
+    """An existing ``.npz`` file or folder, or a ``package.module:function`` hook."""
+    path = Path(ref).expanduser()
+    if path.is_dir() or (path.is_file() and path.suffix == ".npz"):
+        return
+    module, _, function = ref.partition(":")
+    if function.isidentifier() and all(p.isidentifier() for p in module.split(".")):
+        return
+    raise ConfigError(f"--eval-data {ref}: expected an .npz file, a folder of .npy files or "
+                      "package.module:function")
 
 
 def parse_variants(names: tuple[str, ...] | list[str]) -> tuple[Variant, ...]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from turboinfer.optimize.candidates import Measured
 from turboinfer.optimize.html import render_tune_html
-from turboinfer.optimize.report import OptimizeReport, write_json
+from turboinfer.optimize.report import OptimizeReport, budget_dict, write_json
 from turboinfer.optimize.settings import TuneSettings
 from turboinfer.serve.config import (
     DynamicBatching,
@@ -19,7 +19,7 @@ from turboinfer.serve.config import (
 )
 
 TABLE_COLUMNS = ("candidate", "metric", "budget", "p50@1", "p99@1", "max_batch", "delay_ms",
-                 "qps", "slo", "")
+                 "qps", "slo", "why")
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,22 @@ class TuneReport:
             notes.append("the FP32 model is the best configuration within the budget")
         return notes
 
+    def budget(self) -> dict[str, Any]:
+        """The budget as numbers, with the worst metric it allows (``floor``)."""
+        metric = self.optimize.metric
+        data = budget_dict(self.settings.budget, self.optimize.reference.metric,
+                           metric.higher_is_better if metric else True)
+        assert data is not None  # tune always has a budget
+        return data
+
     def to_dict(self) -> dict[str, Any]:
         best = self.best
+        budget = self.budget()
         return {
             "model": self.model, "name": self.name,
             "slo_p99_ms": self.settings.slo_p99_ms,
-            "max_accuracy_drop": str(self.settings.budget),
+            "max_accuracy_drop": {k: budget[k] for k in ("value", "relative", "text")},
+            "budget_floor": budget["floor"],
             "chosen": best.to_dict() if best else None,
             "entry": str(self.entry) if self.entry else None,
             "candidates": [m.to_dict() for m in self.candidates],
@@ -76,6 +86,8 @@ class TuneReport:
         return self.work / "report.json"
 
     def table_rows(self) -> list[list[Any]]:
+        """One row per candidate, then one per variant that never became one; the last
+        column says why a row was not chosen."""
         rows = []
         for index, m in enumerate(self.candidates):
             first = m.curve[0] if m.curve else None
@@ -89,9 +101,32 @@ class TuneReport:
                 plan.max_queue_delay_ms if plan else "-",
                 plan.qps if plan else "-",
                 "error" if m.error else ("ok" if plan and plan.meets_slo else "miss"),
-                "<- chosen" if index == self.chosen else ("baseline" if not m.servable else ""),
+                "<- chosen" if index == self.chosen else self.why_not(m),
             ])
+        for v in self.optimize.variants:
+            if v.skipped is not None:
+                rows.append([v.name, *["-"] * 8, v.skipped])
         return rows
+
+    def why_not(self, m: Measured) -> str:
+        """Why a candidate was not chosen, in a few words."""
+        c = m.candidate
+        if m.error:
+            return m.error if m.error.startswith("engine error") else f"engine error: {m.error}"
+        if c.within_budget is False and c.metric is not None:
+            return f"over budget by {self._overshoot(c.metric):.3g}"
+        if m.plan is None or not m.plan.meets_slo:
+            p99 = m.curve[0].p99_ms if m.curve else None
+            return ("SLO miss" if p99 is None else
+                    f"SLO miss: p99 {p99:.3g} ms > {self.settings.slo_p99_ms:g} ms at batch 1")
+        if not m.servable:
+            return f"baseline: {c.engine} is not served"
+        return "lower throughput"
+
+    def _overshoot(self, metric: float) -> float:
+        """How far past the budget's floor ``metric`` is, in the metric's unit."""
+        floor = self.budget()["floor"]
+        return abs(metric - floor) if floor is not None else 0.0
 
 
 def write_entry_for(repo: Path, name: str, measured: Measured) -> Path:

@@ -144,13 +144,12 @@ def _engine_metric(candidate: Candidate, session: Session, resolved: ResolvedMod
                    report: OptimizeReport, settings: TuneSettings) -> Candidate:
     """The metric on this engine: engines differ in int8 kernels and fused ops, so a
     variant judged on ORT is judged again where it would run."""
-    entry = resolved.entry
-    if candidate.engine == "onnxruntime" or entry is None or report.metric is None:
+    if candidate.engine == "onnxruntime" or report.evaluate is None or report.metric is None:
         return candidate
-    value = float(entry.metric.compute(session.run, entry.evaluation()))
+    value = float(report.evaluate(session.run))
     reference = report.reference.metric
     within = (None if reference is None else
-              settings.budget.meets(reference, value, entry.metric.higher_is_better))
+              settings.budget.meets(reference, value, report.metric.higher_is_better))
     return replace(candidate, metric=value, within_budget=within)
 
 
