@@ -25,7 +25,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 WORK = Path("/work/peers")
 CONCURRENCY = (1, 4, 16)
-PROMPTS_PER_LEVEL = {1: 6, 4: 16, 16: 32}
+PROMPTS_PER_LEVEL = {1: 4, 4: 8, 16: 16}
 
 
 def cpu_model() -> str:
@@ -71,7 +71,7 @@ def load_command(port: int, concurrency: int, model: Path) -> list[str]:
     return [sys.executable, "-m", "turboinfer", "llm", "load", f"http://127.0.0.1:{port}",
             "--model", "bench", "--tokenizer", str(model), "--input-len", "64",
             "--output-len", "64", "--num-prompts", str(PROMPTS_PER_LEVEL[concurrency]),
-            "--max-concurrency", str(concurrency), "--warmup", "2",
+            "--max-concurrency", str(concurrency), "--warmup", "1",
             "--extra-body", json.dumps(extra), "--json"]
 
 

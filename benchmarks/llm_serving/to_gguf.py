@@ -57,7 +57,7 @@ def add_tokenizer(w: gguf.GGUFWriter, folder: Path, eos: int) -> None:
     tokens = sorted(vocab, key=vocab.__getitem__)
     merges = [m if isinstance(m, str) else " ".join(m) for m in doc["model"]["merges"]]
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
+    w.add_tokenizer_pre("gpt-2")  # llama.cpp: the GPT-2 pre-tokenizer regex
     w.add_token_list(tokens)
     w.add_token_types([gguf.TokenType.CONTROL if vocab[t] in special else gguf.TokenType.NORMAL
                        for t in tokens])
