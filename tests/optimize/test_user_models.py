@@ -10,14 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 import torch
+from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
 from turboinfer.cli import main
+from turboinfer.engines.base import TensorSpec
 from turboinfer.errors import ConfigError
 from turboinfer.models.export import export_onnx
-from turboinfer.optimize import optimize, tune
+from turboinfer.optimize import MetricKind, optimize, tune
+from turboinfer.optimize.evaluation import infer_kind
+from turboinfer.optimize.fidelity import fidelity_kind
+from turboinfer.optimize.synthetic import synthetic_feeds
 
 # The export tests' models (tests/models/user_models.py), loaded without touching sys.path.
 _SPEC = importlib.util.spec_from_file_location(
@@ -152,3 +158,38 @@ def test_eval_data_is_checked_once(mlp: Path, tmp_path: Path) -> None:
         optimize(mlp, tmp_path, eval_data=tmp_path / "missing.npz")
     with pytest.raises(ConfigError, match="--metric needs --eval-data"):
         optimize(mlp, tmp_path, metric="f1")
+
+
+def test_synthetic_token_ids_stay_below_the_vocabulary(tmp_path: Path) -> None:
+    table = numpy_helper.from_array(np.zeros((30, 4), np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "input_ids"], ["embedded"])], "embed",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", 8]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", 8])],
+        [helper.make_tensor_value_info("embedded", TensorProto.FLOAT, ["b", 8, 4])],
+        initializer=[table])
+    path = tmp_path / "embed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    specs = [TensorSpec("input_ids", np.dtype(np.int64), ("b", 8)),
+             TensorSpec("attention_mask", np.dtype(np.int64), ("b", 8))]
+    feeds = synthetic_feeds(specs, 64, path)
+    assert feeds["input_ids"].shape == (64, 8) and feeds["input_ids"].max() < 30
+    assert feeds["input_ids"].max() >= 16  # the vocabulary, not the small-integer default
+    assert (feeds["attention_mask"] == 1).all()
+
+
+@pytest.mark.parametrize(("labels", "output", "kind"), [
+    (np.array([0, 2]), np.zeros((2, 3)), MetricKind.TOP1),
+    (np.array([0, 1]), np.zeros((2, 1)), MetricKind.F1),
+    (np.zeros((2, 4, 8)), np.zeros((2, 4, 8)), MetricKind.COSINE),
+    (np.zeros((2, 1)), np.zeros((2, 1)), MetricKind.MAE)])
+def test_the_metric_is_inferred_from_labels_and_output(labels: Any, output: Any,
+                                                       kind: MetricKind) -> None:
+    assert infer_kind(labels, output) is kind
+
+
+def test_the_fidelity_kind_follows_the_output() -> None:
+    assert fidelity_kind(np.zeros((4, 10), np.float32), "logits") == "top1-agreement"
+    assert fidelity_kind(np.zeros((4, 10), np.float32), "sentence_embedding") == "cosine"
+    assert fidelity_kind(np.zeros((4, 7, 10), np.float32), "last_hidden_state") == "cosine"
+    assert fidelity_kind(np.zeros((4, 1), np.float32), "price") == "relative-error"

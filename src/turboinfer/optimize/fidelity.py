@@ -53,4 +53,4 @@ def fidelity_evaluator(reference: RunFn, held_out: Feeds, *, output: str, batch:
         PREFIX + kind, "points", kind != "relative-error",
         lambda run: score(metrics.collect(run, held_out, output=output, size=batch)),
         f"{kind} with the FP32 model's output {output!r} on {count} samples held out of "
-        f"the calibration data ({source}); no labels were given")
+        f"the calibration data ({source})")

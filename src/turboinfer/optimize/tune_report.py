@@ -105,7 +105,8 @@ class TuneReport:
             ])
         for v in self.optimize.variants:
             if v.skipped is not None:
-                rows.append([v.name, *["-"] * 8, v.skipped])
+                failed = v.skipped.startswith(("build failed", "engine error"))
+                rows.append([v.name, *["-"] * 8, v.skipped if failed else f"skipped: {v.skipped}"])
         return rows
 
     def why_not(self, m: Measured) -> str:
