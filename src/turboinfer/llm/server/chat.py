@@ -39,16 +39,20 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._compiled: Any = None
+        self._errors: tuple[type[Exception], ...] = (_TemplateRaised,)
         if source is not None:
+            # jinja2 only for a model that ships a template (transformers' chat needs it too).
             from jinja2 import TemplateError
             from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            self._errors = (TemplateError, _TemplateRaised)
 
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             env.globals["raise_exception"] = _raise
             env.filters["tojson"] = lambda v, **kw: json.dumps(v, ensure_ascii=False, **kw)
             try:
                 self._compiled = env.from_string(source)
-            except TemplateError as exc:
+            except self._errors as exc:
                 raise ModelLoadError(f"chat template does not compile: {exc}") from None
 
     @classmethod
@@ -70,13 +74,11 @@ class ChatTemplate:
     def render(self, messages: list[Message], *, tokenizer_adds_bos: bool = False) -> str:
         if self._compiled is None:
             return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
-        from jinja2 import TemplateError
-
         try:
             text: str = self._compiled.render(
                 messages=messages, add_generation_prompt=True, bos_token=self.bos_token,
                 eos_token=self.eos_token)
-        except TemplateError as exc:
+        except self._errors as exc:
             raise InvalidInputError(f"the chat template refused the messages: {exc}",
                                     param="messages") from None
         # When the tokenizer adds the BOS id itself, the template's would double it.
@@ -85,7 +87,9 @@ class ChatTemplate:
         return text
 
 
-def _raise(message: str) -> None:
-    from jinja2 import TemplateError
+class _TemplateRaised(Exception):
+    """A template's own ``raise_exception(...)``: it refuses these messages."""
 
-    raise TemplateError(message)
+
+def _raise(message: str) -> None:
+    raise _TemplateRaised(message)

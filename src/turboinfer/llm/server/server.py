@@ -115,7 +115,7 @@ def run(llm: LLM, settings: ServerSettings, model_dir: Path,
     """Blocking entry point: uvloop when installed, else the default loop."""
     main = serve(llm, settings, model_dir, on_ready)
     try:
-        import uvloop
+        import uvloop  # optional: a faster event loop where it is installed
     except ImportError:
         asyncio.run(main)
         return
