@@ -6,6 +6,7 @@ engines the server can run is ``SERVABLE`` here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ class Measured:
     plan: BatchingPlan | None = None
     error: str | None = None
     notes: tuple[str, ...] = field(default=())
+    # On the chosen candidate: the rule that picked it and the numbers it compared.
+    decision: Mapping[str, Any] | None = None
 
     @property
     def servable(self) -> bool:
@@ -57,4 +60,5 @@ class Measured:
                 "servable": self.servable, "eligible": self.eligible, "error": self.error,
                 "curve": [p.to_dict() for p in self.curve],
                 "plan": self.plan.to_dict() if self.plan else None,
-                "notes": list(self.notes)}
+                "notes": list(self.notes),
+                "decision": dict(self.decision) if self.decision is not None else None}

@@ -25,6 +25,10 @@ class Variant(str, enum.Enum):
     INT8_STATIC = "int8-static"
     INT4 = "int4"
     MIXED = "mixed"  # int8-static with the most sensitive layers kept in float
+    # OpenVINO's own post-training INT8 (NNCF), saved as OpenVINO IR; tune adds them when
+    # openvino is a candidate engine and int8-static is asked for.
+    NNCF_INT8 = "nncf-int8"
+    NNCF_ACCURACY = "nncf-accuracy"  # NNCF keeping layers in float until the budget holds
 
 
 # What ``--variants`` offers; FP32 is always measured, MIXED follows from a budget.
@@ -181,15 +185,18 @@ class OptimizeSettings:
 # included); OpenVINO reads standard ONNX, QDQ included; torch runs only the FP32 module
 # and is measured as the baseline a user starts from, not as something to serve.
 ENGINE_VARIANTS: dict[str, frozenset[Variant]] = {
-    "onnxruntime": frozenset(Variant),
+    "onnxruntime": frozenset(Variant) - {Variant.NNCF_INT8, Variant.NNCF_ACCURACY},
     # FP16 is left out: OpenVINO picks its own precision, and the FP32 casts that keep the
     # file's inputs FP32 take the input names in OpenVINO's reading of the graph.
-    "openvino": frozenset({Variant.FP32, Variant.INT8_STATIC, Variant.MIXED}),
+    "openvino": frozenset({Variant.FP32, Variant.INT8_STATIC, Variant.MIXED, Variant.NNCF_INT8,
+                           Variant.NNCF_ACCURACY}),
     "torch": frozenset({Variant.FP32}),
 }
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-# Tune times many candidates x batch sizes, so each point gets a short, fixed window.
+# Tune times many candidates x batch sizes, so each point gets a short, fixed window,
+# split over interleaved rounds (``TUNE_ROUNDS``) so that noise shows as a spread.
 TUNE_MEASURE = MeasureSettings(min_runs=10, min_seconds=0.25)
+TUNE_ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -219,10 +226,13 @@ class TuneSettings:
     batch_sizes: tuple[int, ...] = BATCH_SIZES
     name: str | None = None  # repository entry name; default: the model's name
     prune: PruneRequest | None = None  # also try a pruned model, under the same budget
+    rounds: int = TUNE_ROUNDS  # interleaved timing rounds over all candidates
 
     def __post_init__(self) -> None:
         if self.optimize.budget is None:
             raise ConfigError("tune needs an accuracy budget")
+        if self.rounds < 1:
+            raise ConfigError("tune needs at least one timing round")
         if self.slo_p99_ms <= 0:
             raise ConfigError("the p99 SLO must be > 0 ms")
         if not self.batch_sizes or min(self.batch_sizes) < 1:

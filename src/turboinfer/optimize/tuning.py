@@ -6,8 +6,13 @@ budget; the winner becomes a model-repository entry with derived batching settin
 
 What keeps it to minutes on two cores: all int8-static calibrations are judged for
 accuracy but only the best one is benchmarked (they run at the same speed), batch
-sizes stop growing once p99 passes the SLO, and each point is timed for a fixed,
-short window.
+sizes stop growing once p99 passes the SLO beyond the noise, and each point gets a
+fixed, short budget of time.
+
+What keeps the decision stable on a shared machine: that budget is split over
+interleaved rounds (``rounds.py``), every point gets a median and an interval over
+rounds, and a candidate misses the SLO or loses on throughput only beyond that noise;
+between candidates within noise the simpler one wins (``choice.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from turboinfer.bench.latency import BenchConfig, bench_session
+from turboinfer.bench.latency import feeds_for
 from turboinfer.engines import (
     EngineSettings,
     ModelArtifact,
@@ -27,8 +32,11 @@ from turboinfer.engines import (
 )
 from turboinfer.errors import TurboinferError
 from turboinfer.models import ResolvedModel
-from turboinfer.optimize.batching import CurvePoint, plan_batching
+from turboinfer.optimize.batching import plan_batching
 from turboinfer.optimize.candidates import Candidate, Measured
+from turboinfer.optimize.choice import annotate, choose
+from turboinfer.optimize.nncf_variants import add_nncf_variants
+from turboinfer.optimize.nncf_variants import wanted as nncf_wanted
 from turboinfer.optimize.pipeline import (
     ModelRef,
     Progress,
@@ -37,6 +45,7 @@ from turboinfer.optimize.pipeline import (
     run_optimize,
 )
 from turboinfer.optimize.report import OptimizeReport, VariantResult
+from turboinfer.optimize.rounds import Feeds, Point, Timed, Windows, run_rounds
 from turboinfer.optimize.settings import ENGINE_VARIANTS, TuneSettings, Variant
 from turboinfer.optimize.tune_prune import PrunedVariants, build_pruned, check_prunable
 from turboinfer.optimize.tune_report import TuneReport, write_entry_for
@@ -53,12 +62,17 @@ def run_tune(model: ModelRef, repo: Path, settings: TuneSettings,
     work = ensure_writable(Path(repo) / name / "tune")
     say("building variants")
     report = run_optimize(resolved, work / "variants", settings.optimize, say)
+    if nncf_wanted(settings.optimize, _engines(settings), report):
+        say("building OpenVINO INT8 variants with NNCF")
+        report = add_nncf_variants(resolved, report, settings.optimize)
     sources: list[tuple[OptimizeReport, ResolvedModel]] = [(report, resolved)]
     pruned = _pruned(resolved, report, work, settings, say)
     if pruned is not None:
         sources.append((pruned.report, pruned.resolved))
     measured = _measure_all(sources, report, settings, say)
-    chosen = _choose(measured)
+    decision = choose(measured)
+    measured = annotate(measured, decision)
+    chosen = None if decision is None else decision.chosen
     entry = write_entry_for(Path(repo), name, measured[chosen]) if chosen is not None else None
     tuned = TuneReport(model=resolved.name, name=name, settings=settings,
                        candidates=tuple(measured), chosen=chosen, entry=entry,
@@ -79,14 +93,18 @@ def _pruned(resolved: ResolvedModel, report: OptimizeReport, work: Path, setting
 
 def _measure_all(sources: list[tuple[OptimizeReport, ResolvedModel]], reference: OptimizeReport,
                  settings: TuneSettings, say: Progress) -> list[Measured]:
-    """Every candidate of every source model, judged on engines against ``reference``."""
+    """Every candidate of every source model, judged on engines against ``reference``,
+    loaded first and then timed in interleaved rounds."""
     planned = [(c, source) for report, source in sources
                for c in _candidates(report, source, settings)]
-    measured = []
+    feeds: dict[tuple[str, int], Feeds] = {}
+    loaded: list[tuple[Candidate, Timed | None, str | None]] = []
     for index, (candidate, source) in enumerate(planned, 1):
-        say(f"[{index}/{len(planned)}] {candidate.label}")
-        measured.append(_measure(candidate, source, reference, settings))
-    return measured
+        say(f"[{index}/{len(planned)}] loading {candidate.label}")
+        loaded.append(_load(candidate, source, reference, settings, feeds))
+    windows = Windows.split(settings.optimize.measure, settings.rounds, settings.slo_p99_ms)
+    run_rounds([t for _, t, _ in loaded if t is not None], windows, say)
+    return [_result(candidate, timed, error, settings) for candidate, timed, error in loaded]
 
 
 def _benchmarked(report: OptimizeReport) -> list[VariantResult]:
@@ -98,7 +116,7 @@ def _benchmarked(report: OptimizeReport) -> list[VariantResult]:
 
 def _candidates(report: OptimizeReport, resolved: ResolvedModel,
                 settings: TuneSettings) -> Iterator[Candidate]:
-    engines = settings.engines or tuple(e for e in ENGINE_VARIANTS if e in available_engines())
+    engines = _engines(settings)
     threads = settings.threads or _default_threads(report)
     for result in _benchmarked(report):
         for engine in engines:
@@ -111,33 +129,46 @@ def _candidates(report: OptimizeReport, resolved: ResolvedModel,
                                 result.metric, result.within_budget)
 
 
+def _engines(settings: TuneSettings) -> tuple[str, ...]:
+    return settings.engines or tuple(e for e in ENGINE_VARIANTS if e in available_engines())
+
+
 def _default_threads(report: OptimizeReport) -> tuple[int, ...]:
     cores = int(report.machine.get("usable_cores") or 1)
     return tuple(sorted({1, cores}))
 
 
-def _measure(candidate: Candidate, resolved: ResolvedModel, report: OptimizeReport,
-             settings: TuneSettings) -> Measured:
+def _load(candidate: Candidate, resolved: ResolvedModel, report: OptimizeReport,
+          settings: TuneSettings, cache: dict[tuple[str, int], Feeds]
+          ) -> tuple[Candidate, Timed | None, str | None]:
+    """The candidate's session, its metric on its engine, and its batch sizes to time."""
     artifact = ModelArtifact(resolved.name, candidate.path,
                              resolved.artifact.torch_module if candidate.engine == "torch"
                              else None)
-    measure = settings.optimize.measure
-    config = BenchConfig(engines=(candidate.engine,), min_runs=measure.min_runs,
-                         min_seconds=measure.min_seconds, warmup_runs=2)
     try:
         session = load_session(artifact, candidate.engine,
                                EngineSettings(intra_op_threads=candidate.threads))
         candidate = _engine_metric(candidate, session, resolved, report, settings)
-        curve = []
-        for batch in sorted(settings.batch_sizes):
-            result = bench_session(candidate.engine, session, resolved, config, batch)
-            lat = result.latency
-            curve.append(CurvePoint(batch, lat.p50_ms, lat.p99_ms, result.qps))
-            if lat.p99_ms > settings.slo_p99_ms:
-                break  # larger batches only take longer
     except TurboinferError as exc:
-        return Measured(candidate, error=str(exc))
-    return Measured(candidate, tuple(curve), plan_batching(curve, settings.slo_p99_ms))
+        return candidate, None, str(exc)
+
+    def feeds(batch: int) -> Feeds:
+        # Every variant of one source takes the same inputs: build each batch once.
+        key = (resolved.name, batch)
+        if key not in cache:
+            cache[key] = feeds_for(resolved, session, batch, {})
+        return cache[key]
+
+    points = [Point(batch) for batch in sorted(settings.batch_sizes)]
+    return candidate, Timed(session, points, feeds), None
+
+
+def _result(candidate: Candidate, timed: Timed | None, error: str | None,
+            settings: TuneSettings) -> Measured:
+    if timed is None or timed.error is not None:
+        return Measured(candidate, error=error or (timed.error if timed else None))
+    curve = timed.curve()
+    return Measured(candidate, curve, plan_batching(curve, settings.slo_p99_ms))
 
 
 def _engine_metric(candidate: Candidate, session: Session, resolved: ResolvedModel,
@@ -151,17 +182,3 @@ def _engine_metric(candidate: Candidate, session: Session, resolved: ResolvedMod
     within = (None if reference is None else
               settings.budget.meets(reference, value, report.metric.higher_is_better))
     return replace(candidate, metric=value, within_budget=within)
-
-
-def _choose(measured: list[Measured]) -> int | None:
-    """Highest throughput among eligible candidates; else the lowest p99 servable one
-    inside the budget (the report then says the SLO is not met)."""
-    eligible = [i for i, m in enumerate(measured) if m.eligible]
-    if eligible:
-        return max(eligible, key=lambda i: measured[i].plan.qps)  # type: ignore[union-attr]
-    fallback = [i for i, m in enumerate(measured)
-                if m.error is None and m.servable and m.plan is not None
-                and m.candidate.within_budget is not False]
-    if not fallback:
-        return None
-    return min(fallback, key=lambda i: measured[i].plan.p99_ms)  # type: ignore[union-attr]

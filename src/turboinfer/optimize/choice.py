@@ -1,0 +1,122 @@
+"""Which measured candidate ``tune`` picks, decided on differences beyond the noise.
+
+Among the eligible candidates (servable, within the accuracy budget, within the SLO as
+``batching.plan_batching`` judges it), the one with the highest median throughput sets
+the bar. Every candidate whose throughput is not clearly below it (intervals over the
+timing rounds overlap, or the medians differ by less than ``batching.NOISE_FLOOR``) is
+as fast as far as this machine can tell, and of those the simplest wins: fewer threads,
+then a smaller batch, then the plainer variant (``Variant`` order: FP32 before graph,
+FP16, int8), then the engine order of ``ENGINE_VARIANTS``. When the top two by median
+were within noise the decision records it, so a rerun that picks the other one is
+explained by the report rather than a surprise.
+
+With no eligible candidate, the servable one inside the budget with the lowest p99
+is written, and the report says the SLO is not met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from turboinfer.bench.stats import Spread
+from turboinfer.optimize.batching import NOISE_FLOOR, BatchingPlan
+from turboinfer.optimize.candidates import Measured
+from turboinfer.optimize.settings import ENGINE_VARIANTS, Variant
+
+_VARIANT_ORDER = {variant: index for index, variant in enumerate(Variant)}
+_ENGINE_ORDER = {engine: index for index, engine in enumerate(ENGINE_VARIANTS)}
+
+
+@dataclass(frozen=True)
+class Decision:
+    chosen: int
+    rule: str
+    fastest: int  # highest median throughput
+    within_noise: tuple[int, ...]  # not clearly slower than the fastest
+    runner_up: int | None  # second-highest median throughput
+    top_two_within_noise: bool
+    floor: float = NOISE_FLOOR
+
+    def to_dict(self, measured: Sequence[Measured]) -> dict[str, Any]:
+        def summary(index: int) -> dict[str, Any]:
+            m = measured[index]
+            return {"label": m.candidate.label, "max_batch_size": _plan(m).max_batch_size,
+                    **_prefixed("qps", _plan(m).throughput)}
+
+        return {"rule": self.rule, "noise_floor": self.floor,
+                "fastest": summary(self.fastest),
+                "runner_up": None if self.runner_up is None else summary(self.runner_up),
+                "top_two_within_noise": self.top_two_within_noise,
+                "within_noise_of_fastest": [measured[i].candidate.label
+                                            for i in self.within_noise]}
+
+
+def choose(measured: Sequence[Measured], floor: float = NOISE_FLOOR) -> Decision | None:
+    eligible = [i for i, m in enumerate(measured) if m.eligible]
+    if not eligible:
+        return _fallback(measured)
+    ranked = sorted(eligible, key=lambda i: -_plan(measured[i]).qps)
+    fastest, best = ranked[0], _plan(measured[ranked[0]]).throughput
+    near = tuple(i for i in ranked if not best.clearly_above(_plan(measured[i]).throughput,
+                                                             floor))
+    chosen = min(near, key=lambda i: simplicity(measured[i]))
+    runner_up = ranked[1] if len(ranked) > 1 else None
+    top_two = runner_up is not None and runner_up in near
+    if len(near) == 1:
+        rule = "highest throughput; every other candidate is clearly slower"
+    else:
+        rule = (f"simplest of the {len(near)} candidates within noise of the highest "
+                "throughput (fewer threads, smaller batch, plainer variant, engine order)")
+    return Decision(chosen, rule, fastest, near, runner_up, top_two, floor)
+
+
+def simplicity(m: Measured) -> tuple[int, int, int, int, str]:
+    """Sort key: the simpler configuration first."""
+    c = m.candidate
+    return (c.threads, _plan(m).max_batch_size, _VARIANT_ORDER[c.variant],
+            _ENGINE_ORDER.get(c.engine, len(_ENGINE_ORDER)), c.label)
+
+
+def annotate(measured: list[Measured], decision: Decision | None) -> list[Measured]:
+    """The chosen candidate carries the decision and, when the top two were within noise,
+    a note saying so."""
+    if decision is None:
+        return measured
+    chosen = measured[decision.chosen]
+    notes = chosen.notes
+    if decision.top_two_within_noise and decision.runner_up is not None:
+        first, second = (measured[decision.fastest], measured[decision.runner_up])
+        notes = (*notes, f"the top two by throughput were within noise: "
+                 f"{_describe(first)} vs {_describe(second)}; a rerun may pick either")
+    result = list(measured)
+    result[decision.chosen] = replace(chosen, notes=notes,
+                                      decision=decision.to_dict(measured))
+    return result
+
+
+def _fallback(measured: Sequence[Measured]) -> Decision | None:
+    fallback = [i for i, m in enumerate(measured)
+                if m.error is None and m.servable and m.plan is not None
+                and m.candidate.within_budget is not False]
+    if not fallback:
+        return None
+    chosen = min(fallback, key=lambda i: _plan(measured[i]).p99_ms)
+    return Decision(chosen, "no candidate meets the SLO: the lowest median p99", chosen, (),
+                    None, False)
+
+
+def _plan(m: Measured) -> BatchingPlan:
+    assert m.plan is not None  # eligible and fallback candidates have a plan
+    return m.plan
+
+
+def _prefixed(name: str, value: Spread) -> dict[str, float]:
+    return {name: value.median, f"{name}_low": value.low, f"{name}_high": value.high}
+
+
+def _describe(m: Measured) -> str:
+    q = _plan(m).throughput
+    return (f"{m.candidate.label} batch {_plan(m).max_batch_size or 1} "
+            f"{q.median:.5g} samples/s [{q.low:.5g}, {q.high:.5g}]")
