@@ -149,9 +149,14 @@ def write_entry(repo: Path, name: str, model_file: Path, config: ModelConfig,
         number = version if version is not None else max(existing, default=0) + 1
         final = model_dir / str(number)
         staging = Path(tempfile.mkdtemp(prefix=f".{number}-", dir=model_dir))
+        stored = Path(config.model_file).with_suffix(model_file.suffix)
+        if stored.name != config.model_file:  # the file keeps its format's suffix
+            config = config.model_copy(update={"model_file": stored.name})
         shutil.copyfile(model_file, staging / config.model_file)
         for extra in model_file.parent.glob(model_file.name + ".data"):
             shutil.copyfile(extra, staging / extra.name)
+        if model_file.suffix == ".xml":  # OpenVINO IR: the weights sit beside, same stem
+            shutil.copyfile(model_file.with_suffix(".bin"), staging / stored.with_suffix(".bin"))
         dump_config(config, model_dir / CONFIG_FILE)
         if final.exists():
             shutil.rmtree(final)
