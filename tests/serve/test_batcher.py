@@ -11,6 +11,7 @@ import pytest
 
 from turboinfer.engines import TensorSpec
 from turboinfer.errors import InferenceError, UnavailableError
+from turboinfer.serve.batch_queue import BatchQueue
 from turboinfer.serve.batcher import Batcher, BatchingSettings
 from turboinfer.serve.instances import InstancePool, split_threads
 
@@ -180,7 +181,8 @@ def test_instances_run_batches_in_parallel() -> None:
         for session in sessions:
             session.gate.clear()
         tasks = [asyncio.create_task(batcher.submit(rows(i), 1)) for i in range(2)]
-        await _until(lambda: len(batcher._running) == 2)  # both instances busy at once
+        # Both instances busy at once: two batches running, none waiting.
+        await _until(lambda: batcher.in_flight == 2 and batcher.pending == 0)
         for session in sessions:
             session.gate.set()
         await asyncio.gather(*tasks)
@@ -200,16 +202,53 @@ def test_split_threads() -> None:
 
 def test_a_dead_dispatcher_fails_requests_instead_of_hanging(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: Batcher) -> list[object]:
+    def broken(self: BatchQueue) -> list[object]:
         raise RuntimeError("bug")
 
     async def scenario() -> None:
         batcher, _ = make(BatchingSettings(max_batch_size=4))
-        monkeypatch.setattr(Batcher, "_take", broken)
+        monkeypatch.setattr(BatchQueue, "take", broken)
         with pytest.raises(InferenceError, match="dispatcher stopped"):
             await asyncio.wait_for(batcher.submit(rows(1), 1), 5)
         with pytest.raises(UnavailableError):
             await batcher.submit(rows(1), 1)
         await batcher.close()
+
+    run(scenario())
+
+
+def test_drain_finishes_queued_and_running_requests_and_refuses_new_ones() -> None:
+    async def scenario() -> None:
+        batcher, (session,) = make(BatchingSettings(max_batch_size=0))
+        session.gate.clear()
+        tasks = [asyncio.create_task(batcher.submit(rows(i), 1)) for i in range(3)]
+        await _until(lambda: batcher.in_flight == 3 and batcher.pending == 2)
+        drain = asyncio.create_task(batcher.drain(30.0))
+        await asyncio.sleep(0)
+        with pytest.raises(UnavailableError, match="being unloaded"):
+            await batcher.submit(rows(9), 1)
+        assert not drain.done()  # one running, two queued: the drain waits for them
+        session.gate.set()
+        results = await asyncio.gather(*tasks)
+        await drain
+        assert [float(r["y"][0, 0]) for r in results] == [0.0, 2.0, 4.0]
+        assert batcher.in_flight == 0
+
+    run(scenario())
+
+
+def test_drain_past_its_deadline_fails_what_is_still_queued() -> None:
+    async def scenario() -> None:
+        batcher, (session,) = make(BatchingSettings(max_batch_size=0))
+        session.gate.clear()
+        running = asyncio.create_task(batcher.submit(rows(1), 1))
+        await _until(lambda: batcher.in_flight == 1 and batcher.pending == 0)
+        queued = asyncio.create_task(batcher.submit(rows(2), 1))
+        await _until(lambda: batcher.pending == 1)
+        await batcher.drain(0.0)
+        with pytest.raises(UnavailableError, match="unloaded"):
+            await queued
+        session.gate.set()  # a batch already running is not cut short
+        assert float((await running)["y"][0, 0]) == 2.0
 
     run(scenario())

@@ -1,14 +1,11 @@
 """Dynamic batching: requests wait in a bounded priority queue and leave it as batches.
 
-The recipe: each request is a future in the queue; one dispatcher task waits for a free
-instance, then for the first request, then up to ``max_queue_delay`` for more rows (or
-until the largest preferred batch size is reached), and hands the batch to a task of its
-own. Every request of a failing batch gets the error. Because a batch only forms once an
-instance is free, requests that arrive while all instances are busy pile up into the next
-batch: with a delay of 0 batching is purely opportunistic and adds no latency at low load.
-
-Requests carrying their own batch dimension count by rows. Only requests whose
-per-row shapes and dtypes agree can share a batch; the others wait for the next one.
+The recipe: each request is a future in the queue (``batch_queue``, which also decides
+what makes a batch); one dispatcher task takes a free instance, then the next batch, and
+hands it to a task of its own. Every request of a failing batch gets the error. Because
+a batch only forms once an instance is free, requests that arrive while all instances
+are busy pile up into the next batch: with a delay of 0 batching is purely opportunistic
+and adds no latency at low load.
 """
 
 from __future__ import annotations
@@ -16,26 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
 import numpy as np
 
 from turboinfer.errors import InferenceError, TurboinferError, UnavailableError
+from turboinfer.serve.batch_queue import BatchingSettings, BatchQueue, Outputs, Pending
 from turboinfer.serve.instances import Instance, InstancePool
 
 log = logging.getLogger(__name__)
 
-Outputs = dict[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class BatchingSettings:
-    max_batch_size: int = 0  # rows; 0: no batching, each request runs alone
-    max_queue_delay_s: float = 0.0
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_size: int = 1024  # requests; beyond it submit() rejects at once
-    default_timeout_s: float | None = None
+__all__ = ["BatchObserver", "Batcher", "BatchingSettings", "Outputs"]
 
 
 class BatchObserver:
@@ -49,26 +37,6 @@ class BatchObserver:
               output_s: float) -> None: ...
 
 
-class _Pending:
-    __slots__ = ("arrival", "future", "inputs", "rows", "signature", "timer")
-
-    def __init__(self, inputs: dict[str, np.ndarray], rows: int,
-                 future: asyncio.Future[Outputs]) -> None:
-        self.inputs = inputs
-        self.rows = rows
-        self.future = future
-        self.arrival = time.perf_counter()
-        self.timer: asyncio.TimerHandle | None = None
-        # Requests are batched together only if everything but the batch axis agrees.
-        self.signature = tuple((n, a.dtype.str, a.shape[1:]) for n, a in inputs.items())
-
-
-def _expire(future: asyncio.Future[Outputs], timeout_s: float) -> None:
-    if not future.done():
-        future.set_exception(UnavailableError(
-            f"request timed out after {timeout_s * 1000:g} ms in the queue"))
-
-
 class Batcher:
     """One per served model version. ``submit`` is called on the event loop."""
 
@@ -77,25 +45,22 @@ class Batcher:
         self.pool = pool
         self.settings = settings
         self.observer = observer or BatchObserver()
-        self._levels: dict[int, deque[_Pending]] = {}
-        self._count = 0
-        self._rows = 0
-        self._wakeup = asyncio.Event()
+        self._queue = BatchQueue(settings)
         self._running: set[asyncio.Task[None]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
-        self._closed = False
 
     @property
     def pending(self) -> int:
-        return self._count
+        return self._queue.pending
 
     @property
     def full(self) -> bool:
-        return self._count >= self.settings.max_queue_size
+        return self._queue.full
 
     @property
     def in_flight(self) -> int:
-        return self._count + len(self._running)
+        """Requests waiting plus batches running."""
+        return self._queue.pending + len(self._running)
 
     def start(self) -> None:
         self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
@@ -103,27 +68,20 @@ class Batcher:
 
     async def submit(self, inputs: dict[str, np.ndarray], rows: int, priority: int = 0,
                      timeout_s: float | None = None) -> Outputs:
-        if self._closed:
+        queue = self._queue
+        if queue.closed:
             raise UnavailableError("this model version is being unloaded")
-        if self.full:
+        if queue.full:
             raise UnavailableError(
                 f"queue full ({self.settings.max_queue_size} requests waiting); retry later")
-        timeout_s = timeout_s if timeout_s is not None else self.settings.default_timeout_s
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outputs] = loop.create_future()
-        pending = _Pending(inputs, rows, future)
+        item = Pending(inputs, rows, future)
+        timeout_s = timeout_s if timeout_s is not None else self.settings.default_timeout_s
         if timeout_s is not None:
-            # A queue timeout: the timer fails the request on time even while every
-            # instance is busy; taking the request into a batch cancels it.
-            pending.timer = loop.call_later(timeout_s, _expire, future, timeout_s)
-        level = self._levels.get(priority)
-        if level is None:
-            level = self._levels[priority] = deque()
-        level.append(pending)
-        self._count += 1
-        self._rows += rows
-        self.observer.queued(self._count)
-        self._wakeup.set()
+            item.expire_after(loop, timeout_s)
+        queue.put(item, priority)
+        self.observer.queued(queue.pending)
         return await future
 
     def _dispatcher_done(self, task: asyncio.Task[None]) -> None:
@@ -131,98 +89,39 @@ class Batcher:
         if task.cancelled() or task.exception() is None:
             return
         log.error("batch dispatcher stopped", exc_info=task.exception())
-        self._closed = True
-        self._fail_queued(InferenceError(f"batch dispatcher stopped: {task.exception()!r}"))
-
-    def _fail_queued(self, error: Exception) -> None:
-        for level in self._levels.values():
-            for item in level:
-                if not item.future.done():
-                    item.future.set_exception(error)
-        self._levels.clear()
-        self._count = self._rows = 0
+        self._queue.close()
+        self._queue.fail_all(InferenceError(f"batch dispatcher stopped: {task.exception()!r}"))
 
     async def _dispatch(self) -> None:
-        while True:
-            instance = await self.pool.acquire()
-            try:
-                batch = await self._next_batch()
-            except BaseException:
-                self.pool.release(instance)
-                raise
-            if not batch:  # every waiting request had timed out or was cancelled
-                self.pool.release(instance)
-                continue
-            task = asyncio.get_running_loop().create_task(self._execute(instance, batch))
+        loop = asyncio.get_running_loop()
+        async for instance, batch in self._batches():
+            task = loop.create_task(self._execute(instance, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    async def _next_batch(self) -> list[_Pending]:
-        while not self._count:
-            self._wakeup.clear()
-            await self._wakeup.wait()
-        settings = self.settings
-        if settings.max_batch_size and settings.max_queue_delay_s > 0:
-            target = max(settings.preferred_batch_sizes, default=settings.max_batch_size)
-            deadline = self._oldest_arrival() + settings.max_queue_delay_s
-            while self._rows < target:
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    break
-                self._wakeup.clear()
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), remaining)
-                except TimeoutError:
-                    break
-        return self._take()
+    async def _batches(self) -> AsyncIterator[tuple[Instance, list[Pending]]]:
+        """Each batch with the free instance it runs on, until the queue closes empty."""
+        queue, observer = self._queue, self.observer
+        while True:
+            instance = await self.pool.acquire()
+            try:
+                batch = await queue.next_batch()
+            except BaseException:
+                self.pool.release(instance)
+                raise
+            if batch is None:
+                self.pool.release(instance)
+                return
+            observer.queued(queue.pending)
+            if not batch:  # every waiting request had timed out or was cancelled
+                self.pool.release(instance)
+                continue
+            now = time.perf_counter()
+            for item in batch:
+                observer.dequeued(now - item.arrival)
+            yield instance, batch
 
-    def _oldest_arrival(self) -> float:
-        return min(level[0].arrival for level in self._levels.values() if level)
-
-    def _row_limit(self) -> int:
-        settings = self.settings
-        if not settings.max_batch_size:
-            return 0  # one request per batch, whatever its size
-        fitting = [p for p in settings.preferred_batch_sizes if p <= self._rows]
-        return max(fitting) if fitting else settings.max_batch_size
-
-    def _take(self) -> list[_Pending]:
-        """Highest priority first, FIFO within a level, compatible shapes only."""
-        limit = self._row_limit()
-        batch: list[_Pending] = []
-        rows, full = 0, False
-        for priority in sorted(self._levels, reverse=True):
-            level, skipped = self._levels[priority], deque[_Pending]()
-            while level and not full:
-                item = level[0]
-                if item.future.done():  # timed out, or its client went away
-                    self._drop(level.popleft(), served=False)
-                elif batch and item.signature != batch[0].signature:
-                    skipped.append(level.popleft())
-                elif batch and rows + item.rows > limit:
-                    full = True
-                else:
-                    batch.append(self._drop(level.popleft()))
-                    rows += item.rows
-                    full = not limit or rows >= limit
-            level.extendleft(reversed(skipped))
-            if not level:
-                del self._levels[priority]
-            if full:
-                break
-        self.observer.queued(self._count)
-        return batch
-
-    def _drop(self, item: _Pending, served: bool = True) -> _Pending:
-        self._count -= 1
-        self._rows -= item.rows
-        if item.timer is not None:
-            item.timer.cancel()
-        if served:
-            self.observer.dequeued(time.perf_counter() - item.arrival)
-        return item
-
-    async def _execute(self, instance: Instance, batch: list[_Pending]) -> None:
+    async def _execute(self, instance: Instance, batch: list[Pending]) -> None:
         try:
             start = time.perf_counter()
             feeds = _merge(batch)
@@ -247,29 +146,35 @@ class Batcher:
             self.pool.release(instance)
 
     async def drain(self, timeout_s: float = 30.0) -> None:
-        """Refuse new requests, finish the queued and running ones, then stop."""
-        self._closed = True
-        deadline = time.perf_counter() + timeout_s
-        while self.in_flight and time.perf_counter() < deadline:
-            await asyncio.sleep(0.005)
+        """Refuse new requests, let the queued and running ones finish within
+        ``timeout_s``, then stop; whatever is still queued then fails."""
+        self._queue.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        if self._dispatcher is not None:
+            # The dispatcher returns once the closed queue is empty. asyncio.wait, not
+            # wait_for: a deadline must not cancel batches that are running.
+            await asyncio.wait({self._dispatcher}, timeout=timeout_s)
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=max(0.0, deadline - loop.time()))
         await self.close()
 
     async def close(self) -> None:
-        self._closed = True
+        self._queue.close()
         if self._dispatcher is not None:
             self._dispatcher.cancel()
             await asyncio.gather(self._dispatcher, return_exceptions=True)
-        self._fail_queued(UnavailableError("model version unloaded"))
+        self._queue.fail_all(UnavailableError("model version unloaded"))
 
 
-def _merge(batch: list[_Pending]) -> dict[str, np.ndarray]:
+def _merge(batch: list[Pending]) -> dict[str, np.ndarray]:
     if len(batch) == 1:
         return batch[0].inputs
     names = batch[0].inputs
     return {name: np.concatenate([p.inputs[name] for p in batch]) for name in names}
 
 
-def _scatter(batch: list[_Pending], outputs: Outputs) -> None:
+def _scatter(batch: list[Pending], outputs: Outputs) -> None:
     if len(batch) == 1:
         _resolve(batch[0], outputs)
         return
@@ -285,6 +190,6 @@ def _scatter(batch: list[_Pending], outputs: Outputs) -> None:
         offset = end
 
 
-def _resolve(item: _Pending, outputs: Outputs) -> None:
+def _resolve(item: Pending, outputs: Outputs) -> None:
     if not item.future.done():  # the waiter may have been cancelled (client went away)
         item.future.set_result(outputs)
