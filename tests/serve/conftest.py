@@ -196,3 +196,28 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
                            "--max-body-mb", "1")
     yield running
     assert running.stop() == 0
+
+
+class _HeldSession:
+    """A session whose runs wait at a gate (on the instance's thread, as a slow model
+    would), never longer than ``limit_s`` so that a failing test cannot hang."""
+
+    def __init__(self, session: Any, gate: threading.Event, limit_s: float = 60.0) -> None:
+        self.session, self.gate, self.limit_s = session, gate, limit_s
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.gate.wait(self.limit_s)
+        result: dict[str, np.ndarray] = self.session.run(feeds)
+        return result
+
+
+@pytest.fixture
+def hold() -> Callable[[Any], threading.Event]:
+    """``hold(served)``: the version's batches wait until the returned event is set."""
+    def gate(served: Any) -> threading.Event:
+        event = threading.Event()
+        for instance in served.pool.instances:
+            instance.session = _HeldSession(instance.session, event)
+        return event
+
+    return gate

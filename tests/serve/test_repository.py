@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from turboinfer.errors import ModelLoadError, UnknownModelError
-from turboinfer.serve.config import ModelConfig, VersionPolicy, write_entry
+from turboinfer.serve.config import DynamicBatching, ModelConfig, VersionPolicy, write_entry
 from turboinfer.serve.metrics import Metrics
 from turboinfer.serve.protocol import InferRequest
 from turboinfer.serve.repository import Repository
@@ -40,7 +43,7 @@ def test_poll_picks_up_changes(tmp_path: Path, model_files: dict[str, Path]) -> 
         write_entry(root, "other", model_files["affine2"], ModelConfig())
         shutil.rmtree(root / "affine")
         await repo.poll_once()
-        assert "affine" not in repo.models
+        assert "affine" not in repo and "other" in repo
         assert (await repo.get("other").infer(_request()))["output"][0, 0] == 2.0
         with pytest.raises(UnknownModelError):
             repo.get("affine")
@@ -59,7 +62,7 @@ def test_version_policy_and_failures(tmp_path: Path, model_files: dict[str, Path
     async def scenario() -> None:
         repo = Repository(scan_directory(root), Metrics(), root=root, drain_timeout_s=5)
         await repo.load_all()
-        assert sorted(repo.models["affine"].versions) == [1, 3]
+        assert repo.ready_versions("affine") == [1, 3]
         assert repo.get("affine").version == 3
         assert repo.get("affine", "1").version == 1
         with pytest.raises(UnknownModelError, match="no ready version 2"):
@@ -68,6 +71,57 @@ def test_version_policy_and_failures(tmp_path: Path, model_files: dict[str, Path
         assert entry["state"] == "UNAVAILABLE" and "cannot load" in entry["reason"]
         with pytest.raises(ModelLoadError, match="broken"):
             await repo.load("broken")
+        await repo.close()
+
+    asyncio.run(scenario())
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition not reached")
+
+
+def test_repository_answers_for_its_models(tmp_path: Path, model_files: dict[str, Path],
+                                           hold: Callable[[Any], threading.Event]) -> None:
+    root = tmp_path / "repo"
+    config = ModelConfig(max_batch_size=8, version_policy=VersionPolicy(all=True),
+                         dynamic_batching=DynamicBatching(max_queue_size=1))
+    for name in ("affine1", "affine2"):
+        write_entry(root, "affine", model_files[name], config)
+
+    async def scenario() -> None:
+        repo = Repository(scan_directory(root), Metrics(), root=root, drain_timeout_s=5)
+        await repo.load_all()
+        assert "affine" in repo and "nope" not in repo
+        assert repo.ready_versions("affine") == [1, 2]
+        with pytest.raises(UnknownModelError):
+            repo.ready_versions("nope")
+        # Full only when every version's queue is: batches wait at a gate, and each
+        # version gets one request running and one queued.
+        versions = [repo.get("affine", number) for number in ("1", "2")]
+        gates = [hold(served) for served in versions]
+        waiting = []
+        for served in versions:
+            assert not repo.full("affine")
+            waiting.append(asyncio.create_task(served.infer(_request())))
+            await _until(lambda s=served: s.batcher.in_flight == 1 and s.batcher.pending == 0)
+            waiting.append(asyncio.create_task(served.infer(_request())))
+            await _until(lambda s=served: s.batcher.pending == 1)
+        assert repo.full("affine") and not repo.full("nope")
+        for gate in gates:
+            gate.set()
+        await asyncio.gather(*waiting)
+        assert not repo.full("affine")
+        stats = repo.statistics()
+        assert [(s["name"], s["version"]) for s in stats] == [("affine", "1"), ("affine", "2")]
+        assert [s["inference_count"] for s in stats] == [2, 2]
+        assert [s["version"] for s in repo.statistics("affine", "2")] == ["2"]
+        assert len(repo.statistics("affine")) == 2
+        with pytest.raises(UnknownModelError):
+            repo.statistics("nope")
         await repo.close()
 
     asyncio.run(scenario())

@@ -1,8 +1,9 @@
 """HTTP routes of the Open Inference Protocol (KServe v2) on Starlette.
 
-Every error leaves as ``{"error": "..."}`` with the error's HTTP status: tritonclient
-reads exactly that key. The infer route itself lives in ``http_infer`` (the hot path,
-bare ASGI); these are the control-plane routes.
+Every error leaves as ``{"error": "..."}`` with the status (and Retry-After) that
+``errors.reply_for`` gives it: tritonclient reads exactly that key. The infer route
+itself lives in ``http_infer`` (the hot path, bare ASGI); these are the control-plane
+routes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from turboinfer.errors import TurboinferError
+from turboinfer.errors import (
+    ErrorReply,
+    TurboinferError,
+    UnavailableError,
+    UnknownModelError,
+    reply_for,
+)
 from turboinfer.serve.core import ServerCore
 from turboinfer.serve.http_infer import InferEndpoint
 from turboinfer.serve.metrics import CONTENT_TYPE
@@ -32,6 +39,12 @@ def error_response(message: str, status: int) -> Response:
     return json_response({"error": message}, status)
 
 
+def reply_response(reply: ErrorReply) -> Response:
+    """The protocol's error shape for a reply from ``reply_for``."""
+    return Response(orjson.dumps({"error": reply.message}), status_code=reply.http_status,
+                    headers=reply.headers(), media_type=JSON)
+
+
 def _version(request: Request) -> str | None:
     version: str | None = request.path_params.get("version")
     return version
@@ -42,7 +55,6 @@ class HttpApi:
 
     def __init__(self, core: ServerCore) -> None:
         self.core = core
-        self.limit = core.settings.max_body_bytes
 
     async def live(self, request: Request) -> Response:
         return json_response({"live": True})
@@ -51,7 +63,7 @@ class HttpApi:
         if self.core.ready:
             return json_response({"ready": True})
         reason = "draining" if self.core.draining else "starting"
-        return error_response(f"server not ready: {reason}", 503)
+        raise UnavailableError(f"server not ready: {reason}")
 
     async def server_metadata(self, request: Request) -> Response:
         return json_response(self.core.server_metadata())
@@ -62,8 +74,8 @@ class HttpApi:
 
     async def model_ready(self, request: Request) -> Response:
         model = request.path_params["model"]
-        if model not in self.core.repository.models:
-            return error_response(f"unknown model {model!r}", 404)
+        if not self.core.has_model(model):
+            raise UnknownModelError(f"unknown model {model!r}")
         if self.core.model_ready(model, _version(request)):
             return json_response({"name": model, "ready": True})
         return error_response(f"model {model!r} is not ready", 400)
@@ -77,7 +89,7 @@ class HttpApi:
                                                   _version(request)))
 
     async def repository_index(self, request: Request) -> Response:
-        return json_response(self.core.repository.index())
+        return json_response(self.core.repository_index())
 
     async def load(self, request: Request) -> Response:
         await self.core.load(request.path_params["model"])
@@ -116,16 +128,15 @@ def create_app(core: ServerCore) -> InferEndpoint:
     """The ASGI application serving ``core``: infer on the fast path, the rest on
     Starlette."""
     routes = Starlette(routes=HttpApi(core).routes(), exception_handlers={
-        TurboinferError: _domain_error,
+        TurboinferError: _error,
         HTTPException: _http_error,
-        Exception: _internal_error,
+        Exception: _error,
     })
     return InferEndpoint(core, routes)
 
 
-async def _domain_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, TurboinferError)
-    return error_response(exc.message, exc.http_status)
+async def _error(request: Request, exc: Exception) -> Response:
+    return reply_response(reply_for(exc))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -133,6 +144,3 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     detail = exc.detail if exc.status_code != 404 else f"no route {request.url.path}"
     return error_response(str(detail), exc.status_code)
 
-
-async def _internal_error(request: Request, exc: Exception) -> Response:
-    return error_response(f"internal error: {type(exc).__name__}: {exc}", 500)

@@ -35,6 +35,8 @@ Validation happens once, here, at the edge; the rest of the code takes the froze
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -139,9 +141,6 @@ def write_entry(repo: Path, name: str, model_file: Path, config: ModelConfig,
     """Add ``model_file`` as a version of ``name`` in ``repo`` (next number by default)
     and write the config. Returns the version folder. The file is copied in and moved
     into place last, so a poller never sees a half-written version."""
-    import shutil
-    import tempfile
-
     model_dir = repo / name
     try:
         model_dir.mkdir(parents=True, exist_ok=True)

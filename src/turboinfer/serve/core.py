@@ -15,6 +15,7 @@ import numpy as np
 
 from turboinfer import __version__
 from turboinfer.errors import ConfigError, UnavailableError, UnknownModelError
+from turboinfer.serve.drain import InFlight
 from turboinfer.serve.metrics import Metrics
 from turboinfer.serve.protocol import InferRequest, datatype_of
 from turboinfer.serve.repository import Repository
@@ -57,20 +58,22 @@ class ServerCore:
         self.metrics = metrics
         self.started = False
         self.draining = False
-        self.active = 0  # infer calls inside the server, counted for the drain
+        self._in_flight = InFlight()  # infer calls inside the server, for the drain
 
     @property
     def ready(self) -> bool:
         return self.started and not self.draining
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight.count
 
     def admit(self, model: str) -> None:
         """Refuse before the body is even read when the answer is known to be 503: a
         burst against a full queue then costs neither bandwidth nor memory."""
         if self.draining:
             raise UnavailableError("the server is shutting down")
-        state = self.repository.models.get(model)
-        if state is not None and state.versions and all(
-                served.batcher.full for served in state.versions.values()):
+        if self.repository.full(model):
             raise UnavailableError(f"queue of model {model!r} is full; retry later")
 
     async def infer(self, model: str, version: str | None,
@@ -78,18 +81,35 @@ class ServerCore:
         if self.draining:
             raise UnavailableError("the server is shutting down")
         served = self.repository.get(model, version)
-        self.active += 1
+        in_flight = self._in_flight
+        in_flight.enter()
         try:
             return served, await served.infer(request)
         finally:
-            self.active -= 1
+            in_flight.leave()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new inference requests (503) and wait up to ``timeout_s`` for those
+        inside to finish; True if they all did."""
+        self.draining = True
+        return await self._in_flight.wait_idle(timeout_s)
+
+    async def close(self) -> None:
+        """Free every model; requests still inside after the drain fail."""
+        await self.repository.close()
+
+    def has_model(self, model: str) -> bool:
+        return model in self.repository
+
+    def repository_index(self) -> list[dict[str, Any]]:
+        return self.repository.index()
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "turboinfer", "version": __version__, "extensions": EXTENSIONS}
 
     def model_metadata(self, model: str, version: str | None) -> dict[str, Any]:
         served = self.repository.get(model, version)
-        versions = sorted(self.repository.models[model].versions)
+        versions = self.repository.ready_versions(model)
         return {"name": model, "versions": [str(v) for v in versions],
                 "platform": served.platform, **served.tensor_metadata()}
 
@@ -104,18 +124,7 @@ class ServerCore:
         return triton_config(self.repository.get(model, version))
 
     def statistics(self, model: str | None, version: str | None) -> dict[str, Any]:
-        if model:
-            if version:
-                served = [self.repository.get(model, version)]
-            else:
-                state = self.repository.models.get(model)
-                if state is None:
-                    raise UnknownModelError(f"unknown model {model!r}")
-                served = [state.versions[v] for v in sorted(state.versions)]
-        else:
-            served = [state.versions[v] for _, state in sorted(self.repository.models.items())
-                      for v in sorted(state.versions)]
-        return {"model_stats": [s.stats.to_dict() for s in served]}
+        return {"model_stats": self.repository.statistics(model, version)}
 
     async def load(self, model: str) -> None:
         self._check_control("load")

@@ -8,6 +8,7 @@ are parsed into the messages, so gRPC and HTTP always agree.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
-from turboinfer.errors import ConfigError, InvalidInputError, TurboinferError
+from turboinfer.errors import ConfigError, InvalidInputError, TurboinferError, reply_for
 from turboinfer.serve.core import ServerCore
 from turboinfer.serve.protocol import (
     DATATYPES,
@@ -27,10 +28,7 @@ from turboinfer.serve.protocol import (
     raw_bytes,
 )
 
-_STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
-           413: grpc.StatusCode.RESOURCE_EXHAUSTED, 422: grpc.StatusCode.INVALID_ARGUMENT,
-           500: grpc.StatusCode.INTERNAL, 501: grpc.StatusCode.UNIMPLEMENTED,
-           503: grpc.StatusCode.UNAVAILABLE}
+log = logging.getLogger(__name__)
 # Typed (non-raw) contents fields by datatype, for clients that do not send raw bytes.
 _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
              "INT32": "int_contents", "INT64": "int64_contents", "UINT8": "uint_contents",
@@ -41,11 +39,14 @@ T = TypeVar("T")
 
 
 async def _guard(context: grpc.aio.ServicerContext, call: Callable[[], Awaitable[T]]) -> T:
-    """Run ``call``; a domain error becomes the gRPC status of its HTTP status."""
+    """Run ``call``; a failure aborts the RPC with the code ``reply_for`` gives it."""
     try:
         return await call()
-    except TurboinferError as exc:
-        await context.abort(_STATUS.get(exc.http_status, grpc.StatusCode.UNKNOWN), exc.message)
+    except Exception as exc:
+        if not isinstance(exc, TurboinferError):
+            log.exception("gRPC call failed")
+        reply = reply_for(exc)
+        await context.abort(grpc.StatusCode[reply.grpc_code], reply.message)
         raise  # abort raises; this line only satisfies the type checker
 
 
@@ -152,7 +153,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return await _guard(context, call)
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
-        return json_format.ParseDict({"models": self.core.repository.index()},
+        return json_format.ParseDict({"models": self.core.repository_index()},
                                      service_pb2.RepositoryIndexResponse())
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:

@@ -11,22 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from turboinfer.errors import InvalidInputError, PayloadTooLargeError, TurboinferError
+from turboinfer.errors import InvalidInputError, PayloadTooLargeError, TurboinferError, reply_for
 from turboinfer.serve.core import ServerCore
 from turboinfer.serve.protocol import decode_request, encode_response
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
 
 # Above this many bytes a JSON body is decoded off the event loop, so one 10 MB request
 # does not stall every other connection.
@@ -108,18 +103,17 @@ class InferEndpoint:
             return
         try:
             status, headers, body = await self._infer(scope, receive, *target)
-        except TurboinferError as exc:
-            status, headers, body = exc.http_status, _JSON_HEADERS, _error(exc.message)
-        except Exception as exc:  # the client still gets the protocol's error shape
-            log.exception("infer failed")
-            status, headers, body = 500, _JSON_HEADERS, _error(f"internal error: {exc!r}")
+        except Exception as exc:  # the client gets the protocol's error shape either way
+            if not isinstance(exc, TurboinferError):
+                log.exception("infer failed")
+            status, headers, body = error_reply(exc)
         # An explicit length: without it uvicorn would send the body chunked.
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     async def _infer(self, scope: Scope, receive: Receive, model: str, version: str | None
-                     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+                     ) -> tuple[int, Headers, bytes]:
         self.core.admit(model)
         length = encoding = header = None
         for name, value in scope["headers"]:
@@ -153,5 +147,9 @@ def _header_length(value: bytes | None) -> int | None:
                                 f"{value.decode('latin-1')!r}") from None
 
 
-def _error(message: str) -> bytes:
-    return orjson.dumps({"error": message})
+def error_reply(exc: BaseException) -> tuple[int, Headers, bytes]:
+    """Status, headers and ``{"error": ...}`` body for a failed request."""
+    reply = reply_for(exc)
+    headers = _JSON_HEADERS + [(name.lower().encode("latin-1"), value.encode("latin-1"))
+                               for name, value in reply.headers().items()]
+    return reply.http_status, headers, orjson.dumps({"error": reply.message})

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from turboinfer.engines import EngineSettings, ModelArtifact, Session, load_session
+from turboinfer.hardware import profile
 
 
 def available_cores() -> int:
     """Cores this process may use: the hardware profile's affinity and cgroup-quota view."""
-    from turboinfer.hardware import profile
-
     return profile(engines=False, gpus=False).cpu.usable_cores
 
 
@@ -115,10 +114,6 @@ class InstancePool:
         sessions = [load_session(artifact, settings.engine, engine_settings)
                     for _ in range(settings.count)]
         return cls(sessions, artifact.name)
-
-    @property
-    def size(self) -> int:
-        return len(self.instances)
 
     async def acquire(self) -> Instance:
         return await self._free.get()

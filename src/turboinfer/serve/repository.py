@@ -68,7 +68,7 @@ class ModelState:
 class Repository:
     def __init__(self, sources: dict[str, ModelSource], metrics: Metrics,
                  root: Path | None = None, drain_timeout_s: float = 30.0) -> None:
-        self.models = {name: ModelState(source) for name, source in sources.items()}
+        self._models = {name: ModelState(source) for name, source in sources.items()}
         self.metrics = metrics
         self.root = root
         self.drain_timeout_s = drain_timeout_s
@@ -76,7 +76,7 @@ class Repository:
 
     # --- the hot path -------------------------------------------------------------
     def get(self, name: str, version: str | None = None) -> ServedVersion:
-        state = self.models.get(name)
+        state = self._models.get(name)
         if state is None:
             raise UnknownModelError(f"unknown model {name!r}")
         if not version:
@@ -97,7 +97,7 @@ class Repository:
     # --- loading --------------------------------------------------------------------
     async def load_all(self, names: list[str] | None = None) -> None:
         """Load ``names`` (default: every model); failures stay in the index."""
-        chosen = list(self.models) if names is None else names
+        chosen = list(self._models) if names is None else names
         results = await asyncio.gather(*(self.load(name) for name in chosen),
                                        return_exceptions=True)
         for result in results:
@@ -106,7 +106,7 @@ class Repository:
 
     async def load(self, name: str) -> None:
         """Load or reload ``name`` from its source; raise if no version ends up ready."""
-        state = self.models.get(name)
+        state = self._models.get(name)
         if state is None and self.root is not None:
             state = await self._discover(name)
         if state is None:
@@ -125,7 +125,7 @@ class Repository:
         sources = await asyncio.to_thread(scan_directory, self.root)
         if name not in sources:
             return None
-        return self.models.setdefault(name, ModelState(sources[name]))
+        return self._models.setdefault(name, ModelState(sources[name]))
 
     async def _apply(self, state: ModelState, snapshot: Snapshot) -> None:
         name, config = state.source.name, snapshot.config
@@ -166,33 +166,34 @@ class Repository:
         log.info("model %s version %d ready", state.source.name, version)
         return served
 
-    async def unload(self, name: str) -> None:
-        state = self.models.get(name)
-        if state is None:
-            raise UnknownModelError(f"unknown model {name!r}")
+    async def unload(self, name: str, drain_timeout_s: float | None = None) -> None:
+        """Stop serving ``name``; its versions drain for ``drain_timeout_s`` (default:
+        the repository's) before they are freed."""
+        state = self._state(name)
         async with state.lock:
             retired = list(state.versions.values())
             state.install({}, None)
             state.snapshot, state.failures, state.error = None, {}, "unloaded"
-            self._retire(retired)
+            self._retire(retired, drain_timeout_s)
 
-    def _retire(self, versions: list[ServedVersion]) -> None:
+    def _retire(self, versions: list[ServedVersion], timeout_s: float | None = None) -> None:
         self._update_gauge()
+        timeout_s = self.drain_timeout_s if timeout_s is None else timeout_s
         for served in versions:
-            task = asyncio.get_running_loop().create_task(self._retire_one(served))
+            task = asyncio.get_running_loop().create_task(self._retire_one(served, timeout_s))
             self._retiring.add(task)
             task.add_done_callback(self._retiring.discard)
 
-    async def _retire_one(self, served: ServedVersion) -> None:
-        await served.retire(self.drain_timeout_s)
-        state = self.models.get(served.name)
+    async def _retire_one(self, served: ServedVersion, timeout_s: float) -> None:
+        await served.retire(timeout_s)
+        state = self._models.get(served.name)
         # A reload of the same version number shares its metric series: keep them.
         if state is None or served.version not in state.versions:
             self.metrics.forget(served.name, served.label)
         log.info("model %s version %s retired", served.name, served.label)
 
     def _update_gauge(self) -> None:
-        self.metrics.loaded.set(sum(len(s.versions) for s in self.models.values()))
+        self.metrics.loaded.set(sum(len(s.versions) for s in self._models.values()))
 
     # --- polling ------------------------------------------------------------------------
     async def poll_once(self) -> None:
@@ -200,11 +201,11 @@ class Repository:
         if self.root is None:
             return
         sources = await asyncio.to_thread(scan_directory, self.root)
-        for name in [n for n in self.models if n not in sources]:
+        for name in [n for n in self._models if n not in sources]:
             await self.unload(name)
-            del self.models[name]
+            del self._models[name]
         for name, source in sources.items():
-            state = self.models.setdefault(name, ModelState(source))
+            state = self._models.setdefault(name, ModelState(source))
             try:
                 snapshot = await asyncio.to_thread(source.read)
             except TurboinferError as exc:
@@ -219,23 +220,52 @@ class Repository:
                         await self._apply(state, snapshot)
 
     async def close(self) -> None:
-        for name in list(self.models):
-            await self.unload(name)
+        """Free every version at once. The server waits for its requests before it
+        closes the repository (one drain deadline); whatever is still queued fails."""
+        for name in list(self._models):
+            await self.unload(name, drain_timeout_s=0.0)
         if self._retiring:
             await asyncio.gather(*self._retiring, return_exceptions=True)
 
-    # --- description -----------------------------------------------------------------
-    @property
-    def in_flight(self) -> int:
-        return sum(v.batcher.in_flight for s in self.models.values() for v in s.versions.values())
+    # --- questions -------------------------------------------------------------------
+    def __contains__(self, name: object) -> bool:
+        return name in self._models
 
-    def ready(self, name: str) -> bool:
-        state = self.models.get(name)
-        return state is not None and bool(state.versions)
+    def full(self, name: str) -> bool:
+        """True when every ready version of ``name`` has a full queue, so a request for
+        it would be refused anyway (asked on the hot path, before the body is read)."""
+        state = self._models.get(name)
+        if state is None or not state.versions:
+            return False
+        return all(served.batcher.full for served in state.versions.values())
+
+    def ready_versions(self, name: str) -> list[int]:
+        """The version numbers of ``name`` that serve now, ascending."""
+        return sorted(self._state(name).versions)
+
+    def statistics(self, name: str | None = None,
+                   version: str | None = None) -> list[dict[str, Any]]:
+        """Triton's per-version statistics: one version, every version of ``name``, or
+        every served version (by model, then version)."""
+        if name and version:
+            served = [self.get(name, version)]
+        elif name:
+            versions = self._state(name).versions
+            served = [versions[v] for v in sorted(versions)]
+        else:
+            served = [state.versions[v] for _, state in sorted(self._models.items())
+                      for v in sorted(state.versions)]
+        return [s.stats.to_dict() for s in served]
+
+    def _state(self, name: str) -> ModelState:
+        state = self._models.get(name)
+        if state is None:
+            raise UnknownModelError(f"unknown model {name!r}")
+        return state
 
     def index(self) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []
-        for name, state in sorted(self.models.items()):
+        for name, state in sorted(self._models.items()):
             numbers = sorted(set(state.versions) | set(state.failures))
             for number in numbers:
                 entry = {"name": name, "version": str(number), "state": "READY",

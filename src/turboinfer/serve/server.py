@@ -2,8 +2,10 @@
 
 Lifecycle: sockets are bound first (``/v2/health/live`` answers while models load), the
 repository loads, then ``ready`` turns true. On SIGTERM or SIGINT the server stops taking
-inference requests (``ready`` false, new infers get 503), waits for the ones in flight,
-then closes the listeners and frees the models.
+inference requests (``ready`` false, new infers get 503) and waits for the ones in flight,
+up to one deadline (``drain_timeout_s``); then it frees the models (what is still in
+flight fails) and closes the listeners, which get a short grace to write the last
+responses.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import uvicorn
 
 from turboinfer.errors import ConfigError
+from turboinfer.models.zoo import names as zoo_names
 from turboinfer.serve.app import create_app
 from turboinfer.serve.core import ModelControl, ServerCore, ServerSettings
 from turboinfer.serve.metrics import Metrics
@@ -27,6 +30,9 @@ from turboinfer.serve.repository import Repository
 from turboinfer.serve.sources import ModelSource, scan_directory, zoo_sources
 
 log = logging.getLogger(__name__)
+
+# After the drain: seconds the listeners get to write responses that are on their way.
+_FLUSH_GRACE_S = 1
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,7 @@ class _Uvicorn(uvicorn.Server):
 def _sources(settings: ServerSettings) -> dict[str, ModelSource]:
     if settings.repository is not None:
         return scan_directory(settings.repository)
-    from turboinfer.models.zoo import names
-
-    known = names()
+    known = zoo_names()
     unknown = [name for name in settings.zoo_models if name not in known]
     if unknown:
         raise ConfigError(f"unknown built-in model {unknown[0]!r}; known: {', '.join(known)}")
@@ -84,7 +88,9 @@ def _listen(host: str, port: int) -> socket.socket:
 def _uvicorn_config(core: ServerCore) -> uvicorn.Config:
     return uvicorn.Config(
         create_app(core), log_level="warning", access_log=False, lifespan="off",
-        loop="none", http="auto", timeout_graceful_shutdown=int(core.settings.drain_timeout_s),
+        loop="none", http="auto",
+        # The drain has waited for the requests already (one deadline, see _shutdown).
+        timeout_graceful_shutdown=_FLUSH_GRACE_S,
         # Keep-alive long enough that benchmark and client pools are never torn down.
         timeout_keep_alive=30,
         # No X-Forwarded-* rewriting: nothing here reads the client address, and the
@@ -104,6 +110,7 @@ async def serve(settings: ServerSettings, on_ready: Callable[[Bound], None] | No
     http_task = asyncio.create_task(http.serve(sockets=[sock]))
     grpc_server, grpc_port = None, None
     if settings.grpc_port is not None:
+        # Heavy: grpc and the protocol's protobuf modules take ~0.1 s to import.
         from turboinfer.serve.grpc_service import start_grpc
 
         grpc_server, grpc_port = await start_grpc(core, settings.host, settings.grpc_port)
@@ -128,19 +135,17 @@ async def _wait_for(stop: asyncio.Event, http_task: asyncio.Task[None]) -> None:
 
 async def _shutdown(core: ServerCore, http: _Uvicorn, http_task: asyncio.Task[None],
                     grpc_server: Any, background: list[asyncio.Task[None]]) -> None:
-    core.draining = True
     for task in background:
         task.cancel()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + core.settings.drain_timeout_s
-    while core.active and loop.time() < deadline:
-        await asyncio.sleep(0.01)
+    if not await core.drain(core.settings.drain_timeout_s):
+        log.warning("drain deadline of %g s passed with %d requests in flight; failing them",
+                    core.settings.drain_timeout_s, core.in_flight)
     log.info("drained; stopping")
+    await core.close()
     if grpc_server is not None:
-        await grpc_server.stop(grace=1.0)
+        await grpc_server.stop(grace=_FLUSH_GRACE_S)
     http.should_exit = True
     await asyncio.gather(http_task, return_exceptions=True)
-    await core.repository.close()
 
 
 async def _poll(core: ServerCore) -> None:
@@ -163,7 +168,7 @@ def run(settings: ServerSettings, on_ready: Callable[[Bound], None] | None = Non
     """Blocking entry point: uvloop when installed, else the default loop."""
     main: Coroutine[Any, Any, None] = serve(settings, on_ready)
     try:
-        import uvloop
+        import uvloop  # optional: not on every platform
     except ImportError:
         asyncio.run(main)
         return

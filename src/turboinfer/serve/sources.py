@@ -13,6 +13,7 @@ from typing import Protocol
 
 from turboinfer.engines import ModelArtifact
 from turboinfer.errors import ConfigError
+from turboinfer.models import resolve_model
 from turboinfer.serve.config import CONFIG_FILE, DynamicBatching, ModelConfig, load_config
 
 # A version's fingerprint: (mtime_ns, size) of its model file, None when the file is absent.
@@ -79,8 +80,6 @@ class ZooSource:
         return Snapshot(self.config, {1: (0, 0)})
 
     def artifact(self, version: int, config: ModelConfig) -> ModelArtifact:
-        from turboinfer.models import resolve_model
-
         return resolve_model(f"builtin:{self.name}").artifact
 
 
