@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from turboinfer.commands._args import comma_list, positive_int
 from turboinfer.commands._llm_load import add_load_parser
+from turboinfer.commands._llm_serve import add_serve_parser
 from turboinfer.output import format_table, print_json
 
 if TYPE_CHECKING:
@@ -92,20 +93,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bench.add_argument("--json", action="store_true", help="machine-readable output")
     bench.set_defaults(_llm_run=_bench)
     add_load_parser(sub)
+    add_serve_parser(sub, _add_model_options, _build)
 
 
 def run(args: argparse.Namespace) -> int:
     return int(args._llm_run(args))
 
 
-def _build(args: argparse.Namespace) -> LLM:
+def _build(args: argparse.Namespace, **engine: Any) -> LLM:
     # Here and in the functions below, not at the top: turboinfer.llm loads torch.
     from turboinfer.llm import LLM, EngineConfig, demo_model_dir
 
     config = EngineConfig(block_size=args.block_size, kv_cache_tokens=args.kv_cache_tokens,
                           num_speculative_tokens=args.num_speculative,
                           speculative_max_batch=args.speculative_max_batch,
-                          num_threads=max(args.threads, 0), quant_group_size=args.group_size)
+                          num_threads=max(args.threads, 0), quant_group_size=args.group_size,
+                          **engine)
     draft = demo_model_dir("draft") if args.draft == "demo" else args.draft
     return LLM(args.model, draft=draft, ngram=args.ngram, quant=args.quant, config=config)
 
