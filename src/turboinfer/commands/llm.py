@@ -114,7 +114,7 @@ def _build(args: argparse.Namespace, **engine: Any) -> LLM:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from turboinfer.llm import SamplingParams
+    from turboinfer.llm import SamplingParams  # why: turboinfer.llm loads torch
 
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
                             top_p=args.top_p, top_k=args.top_k, seed=args.seed,
@@ -133,7 +133,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from turboinfer.llm.bench import BenchSettings, run_bench
+    from turboinfer.llm.bench import BenchSettings, run_bench  # why: loads torch
 
     llm = _build(args)
     settings = BenchSettings(concurrency=args.concurrency, prompt_len=args.prompt_len,
