@@ -1,4 +1,5 @@
-"""OpenVINO adapter (optional extra ``openvino``): reads ONNX directly, CPU plugin."""
+"""OpenVINO adapter (optional extra ``openvino``): reads ONNX directly, or OpenVINO IR
+(``.xml`` with its ``.bin`` beside, as NNCF variants are saved); CPU plugin."""
 
 from __future__ import annotations
 
