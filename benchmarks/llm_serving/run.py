@@ -75,6 +75,19 @@ def load_command(port: int, concurrency: int, model: Path) -> list[str]:
             "--extra-body", json.dumps(extra), "--json"]
 
 
+def per_chunk(report: dict[str, Any]) -> dict[str, float]:
+    """Tokens counted as streamed chunks: llama-cpp-python sends no usage in a stream and
+    re-tokenizing a random model's text undercounts, but it streams one token per chunk
+    (and min_tokens holds every request at its full length)."""
+    done = [r for r in report["requests"] if r["error"] is None]
+    chunks = [len(r["itl_ms"]) + 1 for r in done]
+    tpot = [(r["e2el_ms"] - r["ttft_ms"]) / (n - 1)
+            for r, n in zip(done, chunks, strict=True) if n > 1]
+    return {"chunks": sum(chunks),
+            "chunks_per_s": sum(chunks) / report["summary"]["duration_s"],
+            "tpot_p50_ms": statistics.median(tpot) if tpot else 0.0}
+
+
 def run_side(side: str, args: argparse.Namespace) -> dict[int, dict[str, Any]]:
     port = free_port()
     cmd = server_command(side, args.model, args.gguf, args.peer_venv, port)
@@ -85,8 +98,8 @@ def run_side(side: str, args: argparse.Namespace) -> dict[int, dict[str, Any]]:
         for c in CONCURRENCY:
             done = subprocess.run(load_command(port, c, args.model), capture_output=True,
                                   text=True, check=False)
-            out[c] = json.loads(done.stdout)["summary"]
-            s = out[c]
+            report = json.loads(done.stdout)
+            out[c] = s = {**report["summary"], "per_chunk": per_chunk(report)}
             print(f"{side} c={c}: {s['output_throughput']:.1f} tok/s, ttft p50 "
                   f"{s['ttft']['p50']:.1f} ms, tpot p50 {s['tpot']['p50']:.1f} ms, "
                   f"failed {s['failed']}", file=sys.stderr)
@@ -101,6 +114,8 @@ def median_row(rounds: list[dict[int, dict[str, Any]]], c: int) -> dict[str, flo
         return statistics.median(f(r[c]) for r in rounds)
 
     return {"tokens_per_s": med(lambda s: s["output_throughput"]),
+            "chunks_per_s": med(lambda s: s["per_chunk"]["chunks_per_s"]),
+            "tpot_per_chunk_p50_ms": med(lambda s: s["per_chunk"]["tpot_p50_ms"]),
             "ttft_p50_ms": med(lambda s: s["ttft"]["p50"]),
             "ttft_p99_ms": med(lambda s: s["ttft"]["p99"]),
             "tpot_p50_ms": med(lambda s: s["tpot"]["p50"]),
@@ -110,14 +125,17 @@ def median_row(rounds: list[dict[int, dict[str, Any]]], c: int) -> dict[str, flo
 
 
 def markdown(results: dict[str, Any]) -> str:
-    lines = ["| concurrency | server | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms "
-             "| TPOT p99 ms |", "|---|---|---|---|---|---|---|"]
+    """Per round: 64 tokens per completed request on both sides (see README.md), and
+    llama-cpp-python's TPOT per chunk since it sends no usage."""
+    lines = ["| concurrency | server | round | output tok/s | TTFT p50 ms | TTFT p99 ms "
+             "| TPOT p50 ms |", "|---|---|---|---|---|---|---|"]
     for c in CONCURRENCY:
-        for side in ("turboinfer", "llama-cpp-python"):
-            r = results["median"][side][str(c)]
-            lines.append(f"| {c} | {side} | {r['tokens_per_s']:.1f} | {r['ttft_p50_ms']:.1f} "
-                         f"| {r['ttft_p99_ms']:.1f} | {r['tpot_p50_ms']:.1f} "
-                         f"| {r['tpot_p99_ms']:.1f} |")
+        for side, rounds in results["rounds"].items():
+            for i, r in enumerate(rounds, 1):
+                s = r[c]
+                tpot = s["tpot"]["p50"] if side == "turboinfer" else s["per_chunk"]["tpot_p50_ms"]
+                lines.append(f"| {c} | {side} | {i} | {s['completed'] * 64 / s['duration_s']:.1f} "
+                             f"| {s['ttft']['p50']:.0f} | {s['ttft']['p99']:.0f} | {tpot:.1f} |")
     return "\n".join(lines)
 
 
