@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -101,20 +102,29 @@ def engine_level(llm: LLM, concurrency: int, settings: BenchSettings) -> dict[st
 
 
 def prompts_like_bench(llm: LLM, settings: BenchSettings, n: int) -> list[list[int]]:
+    """``n`` prompts as ``bench_level`` makes them; a fresh ``settings.seed`` gives new ones."""
     from turboinfer.llm.bench import _requests
 
     return [p for p, _ in _requests(settings, n, llm.model.config.vocab_size)]
 
 
-def one_round(llm: LLM, url: str, settings: BenchSettings) -> dict[str, dict[str, float]]:
+def one_round(llm: LLM, url: str, settings: BenchSettings, round_: int
+              ) -> dict[str, dict[str, float]]:
+    """Every request of every round gets a prompt never seen before, on both sides, so
+    the prefix cache never turns a prefill into a lookup and TTFT is a real prefill."""
     gen = settings.gen_len
-    out = {"engine_c16": engine_level(llm, 16, settings),
-           "server_c16": asyncio.run(server_level(url, prompts_like_bench(llm, settings, 16),
+    fresh = iter(range(1000 * (round_ + 1), 1000 * (round_ + 2), 2))
+
+    def seeded() -> BenchSettings:
+        return dataclasses.replace(settings, seed=next(fresh))
+
+    out = {"engine_c16": engine_level(llm, 16, seeded()),
+           "server_c16": asyncio.run(server_level(url, prompts_like_bench(llm, seeded(), 16),
                                                   gen))}
     # Concurrency 1: five requests one after another, the median of each measure.
-    singles = [engine_level(llm, 1, settings) for _ in range(5)]
+    singles = [engine_level(llm, 1, seeded()) for _ in range(5)]
     out["engine_c1"] = {k: statistics.median(r[k] for r in singles) for k in singles[0]}
-    out["server_c1"] = asyncio.run(server_single(url, prompts_like_bench(llm, settings, 5),
+    out["server_c1"] = asyncio.run(server_single(url, prompts_like_bench(llm, seeded(), 5),
                                                  gen))
     return out
 
@@ -133,7 +143,7 @@ def main() -> None:
     proc, url = start_server(folder, args.threads)
     try:
         asyncio.run(server_level(url, prompts_like_bench(llm, settings, 2), 4))  # warm-up
-        rounds = [one_round(llm, url, settings) for _ in range(args.rounds)]
+        rounds = [one_round(llm, url, settings, r) for r in range(args.rounds)]
     finally:
         proc.terminate()
         proc.wait()

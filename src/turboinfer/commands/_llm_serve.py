@@ -27,7 +27,7 @@ def add_serve_parser(sub: Any, add_model_options: Callable[[argparse.ArgumentPar
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default 127.0.0.1: this machine only)")
+                        help="address to bind (127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="0: any free port")
     parser.add_argument("--served-model-name", default=None,
                         help="the model name clients send (default: 'demo' for the shipped "
@@ -35,12 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", default=None,
                         help="require 'Authorization: Bearer KEY' on /v1 and /v2 routes")
     parser.add_argument("--max-num-seqs", type=positive_int, default=64,
-                        help="sequences decoded together in one batch (default 64)")
+                        help="sequences decoded together in one batch")
     parser.add_argument("--max-waiting", type=int, default=256,
                         help="requests that may wait for a batch slot; more get 429 with "
-                             "Retry-After (default 256)")
+                             "Retry-After")
     parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="abort a request (504) that runs longer (default 600)")
+                        help="abort a request (504) that runs longer")
+    parser.add_argument("--no-prefix-caching", action="store_true",
+                        help="recompute every prompt instead of reusing the KV blocks of "
+                             "prompts that share a prefix")
 
 
 def run(args: argparse.Namespace, build: Callable[..., LLM]) -> int:
@@ -56,6 +59,8 @@ def run(args: argparse.Namespace, build: Callable[..., LLM]) -> int:
                               api_key=args.api_key, max_waiting=args.max_waiting,
                               request_timeout_s=args.request_timeout)
     overrides: dict[str, Any] = {"max_num_seqs": args.max_num_seqs}
+    if args.no_prefix_caching:
+        overrides["enable_prefix_caching"] = False
     llm = build(args, **overrides)
 
     def announce(bound: Bound) -> None:
