@@ -42,8 +42,10 @@ class Windows:
     slo_ms: float = math.inf
 
     @classmethod
-    def split(cls, measure: MeasureSettings, rounds: int, slo_ms: float) -> Windows:
-        return cls(rounds, measure.min_seconds / rounds, math.ceil(measure.min_runs / rounds),
+    def split(cls, measure: MeasureSettings, rounds: int, seconds: float,
+              slo_ms: float) -> Windows:
+        """``seconds`` and ``measure.min_runs`` per point, over ``rounds`` windows."""
+        return cls(rounds, seconds / rounds, math.ceil(measure.min_runs / rounds),
                    slo_ms=slo_ms)
 
 

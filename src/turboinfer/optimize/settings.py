@@ -193,10 +193,12 @@ ENGINE_VARIANTS: dict[str, frozenset[Variant]] = {
     "torch": frozenset({Variant.FP32}),
 }
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-# Tune times many candidates x batch sizes, so each point gets a short, fixed window,
-# split over interleaved rounds (``TUNE_ROUNDS``) so that noise shows as a spread.
+# Tune times many candidates x batch sizes, so each point gets a short, fixed budget
+# (``TUNE_POINT_SECONDS``, at least ``min_runs`` runs) split over interleaved rounds
+# (``TUNE_ROUNDS``) so that noise shows as a spread.
 TUNE_MEASURE = MeasureSettings(min_runs=10, min_seconds=0.25)
 TUNE_ROUNDS = 5
+TUNE_POINT_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -227,12 +229,14 @@ class TuneSettings:
     name: str | None = None  # repository entry name; default: the model's name
     prune: PruneRequest | None = None  # also try a pruned model, under the same budget
     rounds: int = TUNE_ROUNDS  # interleaved timing rounds over all candidates
+    # Timing per candidate and batch size, split evenly over the rounds.
+    point_seconds: float = TUNE_POINT_SECONDS
 
     def __post_init__(self) -> None:
         if self.optimize.budget is None:
             raise ConfigError("tune needs an accuracy budget")
-        if self.rounds < 1:
-            raise ConfigError("tune needs at least one timing round")
+        if self.rounds < 1 or self.point_seconds < 0:
+            raise ConfigError("tune needs at least one timing round and seconds >= 0")
         if self.slo_p99_ms <= 0:
             raise ConfigError("the p99 SLO must be > 0 ms")
         if not self.batch_sizes or min(self.batch_sizes) < 1:

@@ -102,7 +102,8 @@ def _measure_all(sources: list[tuple[OptimizeReport, ResolvedModel]], reference:
     for index, (candidate, source) in enumerate(planned, 1):
         say(f"[{index}/{len(planned)}] loading {candidate.label}")
         loaded.append(_load(candidate, source, reference, settings, feeds))
-    windows = Windows.split(settings.optimize.measure, settings.rounds, settings.slo_p99_ms)
+    windows = Windows.split(settings.optimize.measure, settings.rounds,
+                            settings.point_seconds, settings.slo_p99_ms)
     run_rounds([t for _, t, _ in loaded if t is not None], windows, say)
     return [_result(candidate, timed, error, settings) for candidate, timed, error in loaded]
 
