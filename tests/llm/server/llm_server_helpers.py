@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import queue
+import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 
 API_KEY = "sk-test-key"
 KV_CACHE_TOKENS = 4096
@@ -50,3 +58,42 @@ class Server:
             if idle or time.monotonic() > end:
                 return dict(health)
             time.sleep(0.05)
+
+
+def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
+    for line in stream:
+        lines.put(line)
+
+
+@contextlib.contextmanager
+def launch(log_dir: Path, *extra: str) -> Iterator[Server]:
+    """``turboinfer llm serve`` on the demo model with the tests' limits plus ``extra``."""
+    argv = [sys.executable, "-m", "turboinfer", "llm", "serve", "--port", "0", "--threads", "1",
+            "--kv-cache-tokens", str(KV_CACHE_TOKENS), "--max-num-seqs", str(MAX_NUM_SEQS),
+            "--max-waiting", str(MAX_WAITING), "--api-key", API_KEY, *extra]
+    # stderr to a file: a pipe nobody reads would block the server once it fills.
+    log_path = log_dir / "stderr.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        line = lines.get(timeout=120)
+    except queue.Empty:
+        proc.kill()
+        log.close()
+        pytest.fail(f"the server did not start: {log_path.read_text()}")
+    assert line.startswith("turboinfer llm serving http="), line
+    address = line.split("http=")[1].split()[0]
+    try:
+        yield Server(f"http://{address}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+        log.close()
