@@ -86,6 +86,19 @@ def test_the_simplest_candidate_wins_between_equals_and_the_report_says_so() -> 
     assert any("within noise" in note for note in chosen.notes)
 
 
+def test_between_equally_simple_candidates_the_faster_median_wins() -> None:
+    slower = [point(1, (1.0, 0.9, 1.1), (1000.0, 960.0, 1040.0))]
+    faster = [point(1, (1.0, 0.9, 1.1), (1030.0, 990.0, 1080.0))]
+    candidates = [measured(Variant.INT8_STATIC, "openvino", 2, slower),
+                  measured(Variant.NNCF_INT8, "openvino", 2, faster),
+                  measured(Variant.NNCF_INT8, "openvino", 1, slower)]
+    decision = choose(candidates)
+    assert decision is not None and decision.within_noise == (1, 0, 2)
+    assert decision.chosen == 2  # fewer threads first
+    decision = choose(candidates[:2])
+    assert decision is not None and decision.chosen == 1  # same threads, engine: faster
+
+
 def test_a_clear_winner_is_chosen_whatever_its_complexity() -> None:
     fast = [point(1, (1.0, 0.9, 1.1), (2000.0, 1900.0, 2100.0))]
     slow = [point(1, (2.0, 1.9, 2.1), (1000.0, 950.0, 1050.0))]

@@ -5,8 +5,9 @@ Among the eligible candidates (servable, within the accuracy budget, within the 
 the bar. Every candidate whose throughput is not clearly below it (intervals over the
 timing rounds overlap, or the medians differ by less than ``batching.NOISE_FLOOR``) is
 as fast as far as this machine can tell, and of those the simplest wins: fewer threads,
-then a smaller batch, then the plainer variant (``Variant`` order: FP32 before graph,
-FP16, int8), then the engine order of ``ENGINE_VARIANTS``. When the top two by median
+then a smaller batch, then the plainer variant (FP32, then graph, then FP16, then any
+quantized one), then the engine order of ``ENGINE_VARIANTS``; between equally simple ones
+(two int8 variants on one engine) the higher median throughput. When the top two by median
 were within noise the decision records it, so a rerun that picks the other one is
 explained by the report rather than a surprise.
 
@@ -25,7 +26,9 @@ from turboinfer.optimize.batching import NOISE_FLOOR, BatchingPlan
 from turboinfer.optimize.candidates import Measured
 from turboinfer.optimize.settings import ENGINE_VARIANTS, Variant
 
-_VARIANT_ORDER = {variant: index for index, variant in enumerate(Variant)}
+# How plain a variant is; every quantized variant (int8, int4, mixed, NNCF) ranks alike.
+_PLAINNESS = {Variant.FP32: 0, Variant.GRAPH: 1, Variant.FP16: 2}
+_QUANTIZED = len(_PLAINNESS)
 _ENGINE_ORDER = {engine: index for index, engine in enumerate(ENGINE_VARIANTS)}
 
 
@@ -72,11 +75,11 @@ def choose(measured: Sequence[Measured], floor: float = NOISE_FLOOR) -> Decision
     return Decision(chosen, rule, fastest, near, runner_up, top_two, floor)
 
 
-def simplicity(m: Measured) -> tuple[int, int, int, int, str]:
-    """Sort key: the simpler configuration first."""
+def simplicity(m: Measured) -> tuple[int, int, int, int, float, str]:
+    """Sort key: the simpler configuration first, the faster between equally simple."""
     c = m.candidate
-    return (c.threads, _plan(m).max_batch_size, _VARIANT_ORDER[c.variant],
-            _ENGINE_ORDER.get(c.engine, len(_ENGINE_ORDER)), c.label)
+    return (c.threads, _plan(m).max_batch_size, _PLAINNESS.get(c.variant, _QUANTIZED),
+            _ENGINE_ORDER.get(c.engine, len(_ENGINE_ORDER)), -_plan(m).qps, c.label)
 
 
 def annotate(measured: list[Measured], decision: Decision | None) -> list[Measured]:
