@@ -90,7 +90,7 @@ def new_report(settings: LoadSettings) -> LoadReport:
         url=settings.url, model=settings.model, protocol=settings.protocol,
         encoding="binary" if settings.binary else "json",
         scenario=settings.scenario.scenario.value, settings=scenario,
-        machine=machine(), started_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        machine=machine(), started_at=dt.datetime.now(dt.UTC).isoformat(),
         min_duration_s=settings.min_duration_s, min_requests=settings.min_requests,
     )
 

@@ -54,7 +54,7 @@ async def exchange(endpoint: Endpoint, request: bytes, timeout_s: float) -> Exch
     result = Exchange(sent_s=time.perf_counter())
     try:
         await asyncio.wait_for(_collect(endpoint, request, result), timeout_s)
-    except asyncio.TimeoutError:  # not TimeoutError's alias before Python 3.11
+    except TimeoutError:
         result.error = f"timed out after {timeout_s:g}s"
     except OSError as exc:
         result.error = _describe(exc)
