@@ -2,7 +2,8 @@
 
 The recipe: each request is a future in the queue (``batch_queue``, which also decides
 what makes a batch); one dispatcher task takes a free instance, then the next batch, and
-hands it to a task of its own. Every request of a failing batch gets the error. Because
+hands it to a task of its own. A failing batch of several requests is run again request
+by request, so only the request at fault gets the error. Because
 a batch only forms once an instance is free, requests that arrive while all instances
 are busy pile up into the next batch: with a delay of 0 batching is purely opportunistic
 and adds no latency at low load.
@@ -132,16 +133,16 @@ class Batcher:
             self.observer.batch(sum(p.rows for p in batch), len(batch), merged - start,
                                 ran - merged,
                                 time.perf_counter() - ran)
-        except BaseException as exc:
-            error = exc if isinstance(exc, TurboinferError) else InferenceError(
-                f"the engine failed on a batch of {len(batch)} requests: {exc}")
-            if not isinstance(exc, TurboinferError):
-                log.exception("batch failed")
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(error)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+        except asyncio.CancelledError:
+            _fail_all(batch, UnavailableError("model version unloaded"))
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                _fail(batch[0], exc)
+            else:
+                # One bad request must not fail the others it was merged with: run each
+                # alone, so only the guilty one gets the error.
+                await _one_by_one(instance, batch)
         finally:
             self.pool.release(instance)
 
@@ -188,6 +189,37 @@ def _scatter(batch: list[Pending], outputs: Outputs) -> None:
         end = offset + item.rows
         _resolve(item, {name: value[offset:end] for name, value in outputs.items()})
         offset = end
+
+
+async def _one_by_one(instance: Instance, batch: list[Pending]) -> None:
+    for index, item in enumerate(batch):
+        if item.future.done():
+            continue
+        try:
+            outputs = await instance.run(item.inputs)
+        except asyncio.CancelledError:
+            _fail_all(batch[index:], UnavailableError("model version unloaded"))
+            raise
+        except Exception as exc:
+            _fail(item, exc)
+        else:
+            _resolve(item, outputs)
+
+
+def _fail(item: Pending, exc: Exception) -> None:
+    """The request's error: a domain error as it is (bad input stays a 400), anything
+    else an internal error logged with its traceback."""
+    if not isinstance(exc, TurboinferError):
+        log.error("the engine failed on a request", exc_info=exc)
+        exc = InferenceError(f"the engine failed: {exc}")
+    if not item.future.done():
+        item.future.set_exception(exc)
+
+
+def _fail_all(batch: list[Pending], error: Exception) -> None:
+    for item in batch:
+        if not item.future.done():
+            item.future.set_exception(error)
 
 
 def _resolve(item: Pending, outputs: Outputs) -> None:
