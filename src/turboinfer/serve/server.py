@@ -1,7 +1,8 @@
 """Running the server: one event loop for HTTP (uvicorn), gRPC and the batchers.
 
 Lifecycle: sockets are bound first (``/v2/health/live`` answers while models load), the
-repository loads, then ``ready`` turns true. On SIGTERM or SIGINT the server stops taking
+repository loads, then ``ready`` turns true (a SIGTERM or SIGINT while it loads stops at
+once). On SIGTERM or SIGINT the server stops taking
 inference requests (``ready`` false, new infers get 503) and waits for the ones in flight,
 up to one deadline (``drain_timeout_s``); then it frees the models (what is still in
 flight fails) and closes the listeners, which get a short grace to write the last
@@ -13,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
+import sys
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +119,8 @@ async def serve(settings: ServerSettings, on_ready: Callable[[Bound], None] | No
         grpc_server, grpc_port = await start_grpc(core, settings.host, settings.grpc_port)
     background: list[asyncio.Task[None]] = []
     try:
-        await core.repository.load_all(_initial(settings))
+        if not await _load_unless_stopped(core, _initial(settings), stop):
+            raise LoadingInterrupted
         core.started = True
         if settings.model_control is ModelControl.POLL:
             background.append(asyncio.create_task(_poll(core)))
@@ -125,6 +129,26 @@ async def serve(settings: ServerSettings, on_ready: Callable[[Bound], None] | No
         await _wait_for(stop, http_task)
     finally:
         await _shutdown(core, http, http_task, grpc_server, background)
+
+
+class LoadingInterrupted(Exception):
+    """A signal arrived while the models were still loading."""
+
+
+async def _load_unless_stopped(core: ServerCore, names: list[str] | None,
+                               stop: asyncio.Event) -> bool:
+    """Load the repository unless ``stop`` is set first (then cancel the loading and
+    answer False): a signal during a long export or load must not wait for it."""
+    loading = asyncio.create_task(core.repository.load_all(names))
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({loading, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    stopper.cancel()
+    if loading.done():
+        loading.result()  # a failed load raises here
+        return True
+    loading.cancel()
+    await asyncio.gather(loading, return_exceptions=True)
+    return False
 
 
 async def _wait_for(stop: asyncio.Event, http_task: asyncio.Task[None]) -> None:
@@ -165,11 +189,23 @@ def _install_signals(stop: asyncio.Event) -> None:
 
 
 def run(settings: ServerSettings, on_ready: Callable[[Bound], None] | None = None) -> None:
-    """Blocking entry point: uvloop when installed, else the default loop."""
-    main: Coroutine[Any, Any, None] = serve(settings, on_ready)
+    """Blocking entry point: uvloop when installed, else the default loop. A signal
+    during loading exits the process at once: a model build running in a worker thread
+    cannot be interrupted, and the event loop's shutdown would wait for it."""
+    main: Coroutine[Any, Any, None] = _exit_if_interrupted(serve(settings, on_ready))
     try:
         import uvloop  # optional: not on every platform
     except ImportError:
         asyncio.run(main)
         return
     uvloop.run(main)
+
+
+async def _exit_if_interrupted(main: Coroutine[Any, Any, None]) -> None:
+    try:
+        await main
+    except LoadingInterrupted:
+        log.warning("stopped while loading models")
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)
