@@ -26,6 +26,55 @@ _NAMES: dict[np.dtype, str] = {dtype: name for name, dtype in DATATYPES.items()}
 _NAMES[np.dtype("bytes")] = "BYTES"
 _NAMES[np.dtype("str")] = "BYTES"
 
+MAX_DIMS = 64  # numpy's own limit on the dimensions of an array
+# The product of a shape's non-zero dimensions may not exceed this. No tensor that fits
+# in a request body comes near it, and it keeps every size computed from a shape (bytes,
+# numpy's own checks) far from int64 overflow, zero-sized shapes included.
+MAX_ELEMENTS = 2**40
+
+
+def checked_shape(name: str, shape: Any) -> tuple[tuple[int, ...], int]:
+    """A request's shape and its element count, refused with a 400 unless it is a list of
+    at most ``MAX_DIMS`` integers >= 0 spanning at most ``MAX_ELEMENTS``. Python integers
+    never overflow, so the count is exact whatever the client sent."""
+    if not isinstance(shape, list | tuple) or len(shape) > MAX_DIMS:
+        raise InvalidInputError(f"input {name!r}: shape must be a list of at most {MAX_DIMS} "
+                                f"integers >= 0, got {_brief(shape)}")
+    count = span = 1
+    for dim in shape:
+        if type(dim) is not int or dim < 0:  # type(): a JSON true is not a dimension
+            raise InvalidInputError(f"input {name!r}: shape must be a list of integers "
+                                    f">= 0, got {_brief(shape)}")
+        count *= dim
+        span *= dim or 1
+        if span > MAX_ELEMENTS:
+            raise InvalidInputError(f"input {name!r}: shape {_brief(shape)} exceeds "
+                                    f"{MAX_ELEMENTS} elements")
+    return tuple(shape), count
+
+
+def to_array(name: str, values: Any, dtype: np.dtype) -> np.ndarray:
+    """Typed values (a JSON list, gRPC contents) as an array of ``dtype``; a value out of
+    the datatype's range or of the wrong type is a 400, not a silent wrap or inf."""
+    try:
+        if dtype.kind == "O":
+            items = [as_bytes(v) for v in flatten(values)]
+            array = np.empty(len(items), dtype=object)
+            array[:] = items
+            return array
+        with np.errstate(over="raise", invalid="raise"):
+            return np.array(values, dtype=dtype)
+    except (ValueError, TypeError, OverflowError, FloatingPointError, RecursionError):
+        raise InvalidInputError(f"input {name!r}: data do not match datatype "
+                                f"{datatype_of(dtype)} (out of range, wrong type or "
+                                "ragged)") from None
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def datatype_of(dtype: np.dtype) -> str:
     """The protocol name of a numpy dtype (``float32`` -> ``FP32``)."""
     try:

@@ -20,12 +20,16 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 from turboinfer.errors import ConfigError, InvalidInputError, TurboinferError, reply_for
 from turboinfer.serve.core import ServerCore
 from turboinfer.serve.protocol import (
-    DATATYPES,
     InferRequest,
     RequestedOutput,
+    apply_parameters,
+    check_tensor_parameters,
+    check_unique_outputs,
     datatype_of,
     from_raw,
+    from_values,
     raw_bytes,
+    tensor_spec,
 )
 
 log = logging.getLogger(__name__)
@@ -57,40 +61,48 @@ def decode_infer(request: Any) -> InferRequest:
                                 "inputs")
     inputs: dict[str, np.ndarray] = {}
     for index, tensor in enumerate(request.inputs):
-        dtype = DATATYPES.get(tensor.datatype)
-        if dtype is None:
-            raise InvalidInputError(f"input {tensor.name!r}: unknown datatype "
-                                    f"{tensor.datatype!r}")
-        shape = tuple(tensor.shape)
-        if any(d < 0 for d in shape):
-            raise InvalidInputError(f"input {tensor.name!r}: negative dimension in {shape}")
+        name = tensor.name
+        if name in inputs:
+            raise InvalidInputError(f"input {name!r} appears twice in the request")
+        # The same checks as the HTTP door: shape and datatype in the one codec.
+        dtype, shape, count = tensor_spec(name, tensor.datatype, list(tensor.shape))
+        check_tensor_parameters(f"input {name!r}", _values(tensor.parameters))
         if raw:
-            inputs[tensor.name] = from_raw(tensor.name, raw[index], dtype, shape)
+            inputs[name] = from_raw(name, raw[index], dtype, shape)
         else:
-            inputs[tensor.name] = _from_contents(tensor, dtype, shape)
-    params = request.parameters
+            inputs[name] = _from_contents(tensor, dtype, shape, count)
     decoded = InferRequest(inputs=inputs, id=request.id or None)
-    if "priority" in params:
-        decoded.priority = int(params["priority"].uint64_param or params["priority"].int64_param)
-    if "timeout" in params and params["timeout"].int64_param > 0:
-        decoded.timeout_s = params["timeout"].int64_param / 1e6  # microseconds
+    apply_parameters(decoded, _values(request.parameters))
     if request.outputs:
-        decoded.outputs = [RequestedOutput(o.name, True) for o in request.outputs]
+        decoded.outputs = [_output(o) for o in request.outputs]
+        check_unique_outputs(decoded.outputs)
     return decoded
 
 
-def _from_contents(tensor: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+def _values(params: Any) -> dict[str, Any] | None:
+    """Protobuf parameters as the plain dict the HTTP door reads from JSON."""
+    if not params:
+        return None
+    values: dict[str, Any] = {}
+    for key, param in params.items():
+        which = param.WhichOneof("parameter_choice")
+        values[key] = getattr(param, which) if which else None
+    return values
+
+
+def _output(output: Any) -> RequestedOutput:
+    check_tensor_parameters(f"output {output.name!r}", _values(output.parameters))
+    return RequestedOutput(output.name, True)
+
+
+def _from_contents(tensor: Any, dtype: np.dtype, shape: tuple[int, ...],
+                   count: int) -> np.ndarray:
     field = _CONTENTS.get(tensor.datatype)
     if field is None:
         raise InvalidInputError(f"input {tensor.name!r}: {tensor.datatype} must be sent in "
                                 "raw_input_contents")
-    values = list(getattr(tensor.contents, field))
-    array = np.array(values, dtype=dtype)
-    expected = int(np.prod(shape))
-    if array.size != expected:
-        raise InvalidInputError(f"input {tensor.name!r} has {array.size} elements, shape "
-                                f"{list(shape)} needs {expected}")
-    return array.reshape(shape)
+    return from_values(tensor.name, list(getattr(tensor.contents, field)), dtype, shape,
+                       count)
 
 
 def encode_infer(model: str, version: str, request: InferRequest,

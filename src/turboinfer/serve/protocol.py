@@ -22,20 +22,30 @@ import orjson
 from turboinfer.errors import InvalidInputError
 from turboinfer.serve.datatypes import (
     DATATYPES,
-    as_bytes,
     as_text,
+    checked_shape,
     datatype_of,
     deserialize_bytes,
-    flatten,
     raw_bytes,
     serialize_bytes,
+    to_array,
 )
 from turboinfer.serve.json_body import parse_json
 
-__all__ = ["DATATYPES", "InferRequest", "RequestedOutput", "datatype_of", "decode_request",
-           "encode_response", "from_raw", "raw_bytes", "serialize_bytes"]
+__all__ = ["DATATYPES", "InferRequest", "RequestedOutput", "apply_parameters",
+           "check_tensor_parameters", "datatype_of", "decode_request", "encode_response",
+           "from_raw", "from_values", "raw_bytes", "serialize_bytes", "tensor_spec"]
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+# Parameters of protocol extensions this server does not implement. Ignoring them would
+# answer something other than what the client asked for, so they are refused by name.
+_UNSUPPORTED_REQUEST = {"sequence_id": "sequence batching",
+                        "sequence_start": "sequence batching",
+                        "sequence_end": "sequence batching"}
+_UNSUPPORTED_TENSOR = {"shared_memory_region": "the shared-memory extension",
+                       "shared_memory_byte_size": "the shared-memory extension",
+                       "shared_memory_offset": "the shared-memory extension",
+                       "classification": "the classification extension"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +101,15 @@ def _decode_inputs(items: Any, view: memoryview, offset: int
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInputError("every input needs a 'name', 'datatype' and 'shape'")
         name = item["name"]
-        dtype, shape = _dtype_and_shape(name, item)
-        params = item.get("parameters")
-        nbytes = params.get("binary_data_size") if isinstance(params, dict) else None
+        if name in inputs:
+            raise InvalidInputError(f"input {name!r} appears twice in the request")
+        dtype, shape, count = tensor_spec(name, item.get("datatype"), item.get("shape"))
+        params = check_tensor_parameters(f"input {name!r}", item.get("parameters"))
+        nbytes = params.get("binary_data_size")
         if nbytes is None:
-            inputs[name] = _from_json(name, item.get("data"), dtype, shape)
+            inputs[name] = _from_json(name, item.get("data"), dtype, shape, count)
         else:
-            if not isinstance(nbytes, int) or nbytes < 0 or offset + nbytes > len(view):
+            if type(nbytes) is not int or nbytes < 0 or offset + nbytes > len(view):
                 raise InvalidInputError(
                     f"input {name!r}: binary_data_size {nbytes} exceeds the binary data "
                     f"left in the body ({len(view) - offset} bytes)")
@@ -106,41 +118,53 @@ def _decode_inputs(items: Any, view: memoryview, offset: int
     return inputs, offset
 
 
-def _dtype_and_shape(name: str, item: dict[str, Any]) -> tuple[np.dtype, tuple[int, ...]]:
-    datatype = item.get("datatype")
+def tensor_spec(name: str, datatype: Any, shape: Any
+                ) -> tuple[np.dtype, tuple[int, ...], int]:
+    """The dtype, shape and element count of one input, checked the same way for
+    both transports: only integer work on the shape, never on the data."""
     dtype = DATATYPES.get(datatype) if isinstance(datatype, str) else None
     if dtype is None:
         raise InvalidInputError(
             f"input {name!r}: unknown datatype {datatype!r}; use one of {', '.join(DATATYPES)}")
-    shape = item.get("shape")
-    if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise InvalidInputError(f"input {name!r}: shape must be a list of integers >= 0, "
-                                f"got {shape!r}")
-    return dtype, tuple(shape)
+    checked, count = checked_shape(name, shape)
+    return dtype, checked, count
 
 
-def _from_json(name: str, data: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+def check_tensor_parameters(what: str, params: Any) -> dict[str, Any]:
+    """An input's or output's parameters (``{}`` when absent), refused when they ask
+    for an extension the server does not implement."""
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise InvalidInputError(f"{what}: 'parameters' must be an object")
+    for key in params:
+        if key in _UNSUPPORTED_TENSOR:
+            raise InvalidInputError(f"{what}: {_UNSUPPORTED_TENSOR[key]} is not supported "
+                                    f"(parameter {key!r})")
+    return params
+
+
+def _from_json(name: str, data: Any, dtype: np.dtype, shape: tuple[int, ...],
+               count: int) -> np.ndarray:
     if not isinstance(data, list):
         raise InvalidInputError(f"input {name!r} needs 'data' (a list) or binary_data_size")
-    try:
-        if dtype.kind == "O":
-            array = np.array([as_bytes(v) for v in flatten(data)], dtype=object)
-        else:
-            array = np.array(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError):
-        raise InvalidInputError(f"input {name!r}: data do not match datatype "
-                                f"{datatype_of(dtype)} (or are ragged)") from None
-    expected = _count(shape)
-    if array.size != expected:
+    return from_values(name, data, dtype, shape, count)
+
+
+def from_values(name: str, values: Any, dtype: np.dtype, shape: tuple[int, ...],
+                count: int) -> np.ndarray:
+    """A tensor from typed values (JSON data, gRPC contents) of ``count`` elements."""
+    array = to_array(name, values, dtype)
+    if array.size != count:
         raise InvalidInputError(f"input {name!r} has {array.size} elements, "
-                                f"shape {list(shape)} needs {expected}")
+                                f"shape {list(shape)} needs {count}")
     return array.reshape(shape)
 
 
 def from_raw(name: str, raw: memoryview | bytes, dtype: np.dtype,
              shape: tuple[int, ...]) -> np.ndarray:
-    """A tensor from its raw bytes: a zero-copy view for fixed-size types."""
+    """A tensor from its raw bytes: a zero-copy view for fixed-size types. ``shape``
+    comes from ``tensor_spec``, so its element count is bounded."""
     expected = _count(shape)
     if dtype.kind == "O":
         return deserialize_bytes(name, raw, expected).reshape(shape)
@@ -157,6 +181,10 @@ def apply_parameters(request: InferRequest, params: Any) -> None:
         return
     if not isinstance(params, dict):
         raise InvalidInputError("'parameters' must be a JSON object")
+    for key in params:
+        if key in _UNSUPPORTED_REQUEST and params[key] not in (0, "", False):
+            raise InvalidInputError(f"{_UNSUPPORTED_REQUEST[key]} is not supported "
+                                    f"(parameter {key!r})")
     request.parameters = params
     priority = params.get("priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
@@ -168,7 +196,10 @@ def apply_parameters(request: InferRequest, params: Any) -> None:
             raise InvalidInputError(f"timeout must be a positive number of microseconds, "
                                     f"got {timeout!r}")
         request.timeout_s = timeout / 1e6
-    request.binary_output = bool(params.get("binary_data_output", False))
+    binary = params.get("binary_data_output", False)
+    if not isinstance(binary, bool):
+        raise InvalidInputError(f"binary_data_output must be true or false, got {binary!r}")
+    request.binary_output = binary
 
 
 def _decode_outputs(items: Any, default_binary: bool) -> list[RequestedOutput] | None:
@@ -176,17 +207,26 @@ def _decode_outputs(items: Any, default_binary: bool) -> list[RequestedOutput] |
         return None
     if not isinstance(items, list):
         raise InvalidInputError("'outputs' must be a list")
-    outputs = []
+    outputs: list[RequestedOutput] = []
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInputError("every requested output needs a 'name'")
-        params = item.get("parameters") or {}
-        if isinstance(params, dict) and "classification" in params:
-            raise InvalidInputError(f"output {item['name']!r}: the classification extension "
-                                    "is not supported; request the raw tensor")
-        binary = params.get("binary_data", default_binary) if isinstance(params, dict) else False
-        outputs.append(RequestedOutput(item["name"], bool(binary)))
+        name = item["name"]
+        params = check_tensor_parameters(f"output {name!r}", item.get("parameters"))
+        binary = params.get("binary_data", default_binary)
+        if not isinstance(binary, bool):
+            raise InvalidInputError(f"output {name!r}: binary_data must be true or false")
+        outputs.append(RequestedOutput(name, binary))
+    check_unique_outputs(outputs)
     return outputs
+
+
+def check_unique_outputs(outputs: list[RequestedOutput]) -> None:
+    seen: set[str] = set()
+    for output in outputs:
+        if output.name in seen:
+            raise InvalidInputError(f"output {output.name!r} is requested twice")
+        seen.add(output.name)
 
 
 def encode_response(model: str, version: str, request: InferRequest,
