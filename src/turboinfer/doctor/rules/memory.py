@@ -1,0 +1,68 @@
+"""Memory: pressure stalls, swapping, and latency that grows faster than the batch."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from turboinfer.doctor.findings import Finding, Outcome, Rule, Severity, Skip
+from turboinfer.doctor.inputs import Inputs
+
+MEMORY_PRESSURE = 5.0      # PSI memory "some" avg10, percent
+SUPERLINEAR = 1.3          # per-sample latency at the largest batch vs the smallest
+
+
+def memory_pressure(inputs: Inputs) -> Outcome:
+    machine = inputs.machine
+    assert machine is not None
+    swapped = None
+    if machine.swap_in_pages is not None and machine.swap_out_pages is not None:
+        swapped = machine.swap_in_pages + machine.swap_out_pages
+    if machine.psi_memory_some is None and swapped is None:
+        return Skip("memory_pressure", "neither /proc/pressure/memory nor /proc/vmstat "
+                                       "readable")
+    psi = machine.psi_memory_some or 0.0
+    if psi < MEMORY_PRESSURE and not swapped:
+        return None
+    return Finding(
+        rule="memory_pressure",
+        severity=Severity.CRITICAL if machine.psi_memory_full else Severity.WARNING,
+        symptom=f"tasks stalled on memory {psi:.1f}% of the time "
+                f"(full {machine.psi_memory_full or 0:.1f}%)",
+        cause="the working set does not fit: pages are reclaimed or swapped",
+        evidence=f"PSI memory some avg10 {psi:.1f}%, {swapped or 0} pages swapped "
+                 f"in {machine.seconds:.0f} s",
+        fix="config.yaml: max_batch_size: (half the current value), or instances: 1")
+
+
+def superlinear_batch(inputs: Inputs) -> Outcome:
+    report = inputs.bench
+    assert report is not None
+    curves: dict[tuple[str, Any], list[dict[str, Any]]] = defaultdict(list)
+    for row in report.get("results", []):
+        curves[(row["engine"], row.get("threads"))].append(row)
+    for (engine, _), rows in curves.items():
+        rows.sort(key=lambda r: r["batch_size"])
+        small, large = rows[0], rows[-1]
+        if len(rows) < 2 or small["p50_ms"] <= 0:
+            continue
+        per_small = small["p50_ms"] / small["batch_size"]
+        per_large = large["p50_ms"] / large["batch_size"]
+        if per_large < SUPERLINEAR * per_small:
+            continue
+        rss = f"; peak RSS {small.get('peak_rss_mb', 0):.0f} -> " \
+              f"{large.get('peak_rss_mb', 0):.0f} MB"
+        return Finding(
+            rule="superlinear_batch", severity=Severity.WARNING,
+            symptom=f"{engine}: per-sample p50 {per_small:.3f} ms at batch "
+                    f"{small['batch_size']}, {per_large:.3f} ms at batch {large['batch_size']}",
+            cause="latency grows faster than the batch: caches or memory run out",
+            evidence=f"{per_large / per_small:.2f}x per sample{rss}",
+            fix=f"config.yaml: max_batch_size: {small['batch_size']}")
+    return None
+
+
+RULES = (
+    Rule("memory_pressure", frozenset({"machine"}), memory_pressure, "memory"),
+    Rule("superlinear_batch", frozenset({"bench"}), superlinear_batch, "memory"),
+)

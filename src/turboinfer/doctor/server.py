@@ -1,0 +1,161 @@
+"""A running server over a window: ``/metrics`` scraped at its start and end (and once a
+second between, for the queue depth), read as the window's deltas.
+
+turboinfer's histograms give percentiles of request, queue and compute time; Triton's
+names (``nv_inference_*``, microsecond counters) give averages only, through the same
+reader the load tester uses (``load.metrics``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from turboinfer.errors import InvalidInputError
+from turboinfer.load.endpoint import Endpoint
+from turboinfer.load.metrics import SUCCESS, Snapshot, parse, server_side
+from turboinfer.serve.metrics import PREFIX
+
+REQUEST = f"{PREFIX}_request_duration_seconds"
+QUEUE = f"{PREFIX}_queue_duration_seconds"
+COMPUTE = f"{PREFIX}_compute_duration_seconds"
+PENDING = (f"{PREFIX}_pending_requests", "nv_inference_pending_request_count")
+TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+
+
+@dataclass(frozen=True)
+class ServerWindow:
+    url: str
+    model: str
+    seconds: float
+    requests: float
+    failures: float
+    request: Percentiles | None      # None when the server has no histogram (Triton)
+    queue: Percentiles | None
+    compute: Percentiles | None
+    queue_mean_ms: float | None
+    compute_mean_ms: float | None
+    avg_batch: float | None
+    max_batch_size: int
+    batch_efficiency: float | None
+    max_pending: float | None
+    cpu_cores: float | None
+    instances: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (vars(v) if isinstance(v, Percentiles) else v) for k, v in vars(self).items()}
+
+
+def fetch(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+            body: bytes = response.read()
+            return body
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise InvalidInputError(f"cannot read {url}: {reason}") from None
+
+
+def scrape(base: str) -> Snapshot:
+    return parse(fetch(f"{base}/metrics").decode("utf-8", "replace"))
+
+
+def busiest_model(snapshot: Snapshot) -> str:
+    counts: dict[str, float] = {}
+    for s in snapshot.samples:
+        model = s.label("model")
+        if model and s.name.removesuffix("_total") in SUCCESS:
+            counts[model] = counts.get(model, 0.0) + s.value
+    if not counts:
+        raise InvalidInputError("the server's /metrics names no model; give --model")
+    return max(counts, key=lambda m: counts[m])
+
+
+def observe(url: str, *, model: str | None, seconds: float) -> ServerWindow:
+    """Scrape ``url`` over ``seconds``; the model defaults to the busiest one."""
+    base = Endpoint.parse(url).url
+    start = scrape(base)
+    pending: list[float] = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(1.0, left))
+        end = scrape(base)
+        pending.append(_gauge(end, PENDING, model or busiest_model(end)))
+    end = scrape(base)
+    model = model or busiest_model(end)
+    config = _config(base, model)
+    max_batch = int(config.get("max_batch_size", 0))
+    side = server_side(start, end, model=model, max_batch_size=max_batch)
+    groups = config.get("instance_group") or [{}]
+    return ServerWindow(
+        url=base, model=model, seconds=(end.taken_ns - start.taken_ns) / 1e9,
+        requests=side.requests_ok or 0.0, failures=side.requests_failed or 0.0,
+        request=histogram(start, end, REQUEST, model),
+        queue=histogram(start, end, QUEUE, model),
+        compute=histogram(start, end, COMPUTE, model),
+        queue_mean_ms=side.queue_ms, compute_mean_ms=side.compute_ms,
+        avg_batch=side.avg_batch_size, max_batch_size=max_batch,
+        batch_efficiency=side.batch_efficiency, max_pending=max(pending, default=None),
+        cpu_cores=side.cpu_cores, instances=int(groups[0].get("count", 1)))
+
+
+def _config(base: str, model: str) -> dict[str, Any]:
+    try:
+        doc: dict[str, Any] = orjson.loads(fetch(f"{base}/v2/models/{model}/config"))
+    except (InvalidInputError, orjson.JSONDecodeError):
+        return {}  # not every server has Triton's config door; batching is then unknown
+    return doc
+
+
+def _gauge(snapshot: Snapshot, names: tuple[str, ...], model: str) -> float:
+    return snapshot.total(names, model) or 0.0
+
+
+def histogram(start: Snapshot, end: Snapshot, name: str, model: str) -> Percentiles | None:
+    """p50, p99 and mean of one histogram's observations in the window."""
+    before, after = _buckets(start, name, model), _buckets(end, name, model)
+    if not after:
+        return None
+    deltas = [(le, count - before.get(le, 0.0)) for le, count in sorted(after.items())]
+    total = deltas[-1][1]
+    sums = [end.total((f"{name}_sum",), model), start.total((f"{name}_sum",), model)]
+    if total <= 0 or sums[0] is None:
+        return None
+    mean = (sums[0] - (sums[1] or 0.0)) / total
+    return Percentiles(quantile(deltas, 0.5) * 1e3, quantile(deltas, 0.99) * 1e3, mean * 1e3)
+
+
+def _buckets(snapshot: Snapshot, name: str, model: str) -> dict[float, float]:
+    out: dict[float, float] = {}
+    for s in snapshot.samples:
+        if s.name == f"{name}_bucket" and s.label("model") in (None, model):
+            le = float(s.label("le") or "inf")
+            out[le] = out.get(le, 0.0) + s.value
+    return out
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Prometheus' ``histogram_quantile``: linear within the bucket the rank falls in."""
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return lower  # beyond the last finite bucket: its bound is all we know
+            inside = count - below
+            return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = le, count
+    return lower
