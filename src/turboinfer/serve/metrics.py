@@ -58,6 +58,9 @@ class Metrics:
                              LABELS, registry=r)
         self.loaded = Gauge(f"{PREFIX}_loaded_models", "Model versions loaded and ready",
                             registry=r)
+        # The failure reasons seen per (model, version): the family has a third label, so
+        # forgetting a version must know which of its series exist.
+        self._failure_reasons: dict[tuple[str, str], set[str]] = {}
 
     def _histogram(self, name: str, doc: str) -> Histogram:
         return Histogram(f"{PREFIX}_{name}", doc, LABELS, buckets=LATENCY_BUCKETS,
@@ -69,12 +72,20 @@ class Metrics:
     def for_version(self, model: str, version: str) -> VersionStats:
         return VersionStats(self, model, version)
 
+    def failure_counter(self, model: str, version: str, reason: str) -> Any:
+        """The failure series of one version and reason, remembered for ``forget``."""
+        self._failure_reasons.setdefault((model, version), set()).add(reason)
+        return self.failure.labels(model, version, reason)
+
     def forget(self, model: str, version: str) -> None:
         """Drop an unloaded version's series so /metrics does not grow forever."""
         for family in (self.success, self.inferences, self.executions, self.request_time,
                        self.queue_time, self.compute_time, self.batch_size, self.pending):
             with contextlib.suppress(KeyError):  # never observed: nothing to remove
                 family.remove(model, version)
+        for reason in self._failure_reasons.pop((model, version), ()):
+            with contextlib.suppress(KeyError):
+                self.failure.remove(model, version, reason)
 
 
 @dataclass
@@ -112,6 +123,7 @@ class VersionStats(BatchObserver):
         self._compute_time = metrics.compute_time.labels(*labels)
         self._batch_size = metrics.batch_size.labels(*labels)
         self._pending = metrics.pending.labels(*labels)
+        self._failures: dict[str, Any] = {}  # reason -> its counter, made on first use
         self.inference_count = 0
         self.execution_count = 0
         self.last_inference_ms = 0
@@ -156,7 +168,11 @@ class VersionStats(BatchObserver):
 
     def failed(self, seconds: float, reason: str, pending: int) -> None:
         self.fail.add(seconds)
-        self._metrics.failure.labels(self.model, self.version, reason).inc()
+        counter = self._failures.get(reason)
+        if counter is None:
+            counter = self._failures[reason] = self._metrics.failure_counter(
+                self.model, self.version, reason)
+        counter.inc()
         self._pending.set(pending)
 
     def to_dict(self) -> dict[str, Any]:

@@ -4,7 +4,8 @@ A (re)load is blue-green: the new versions are built and warmed up while the old
 keep serving; then the routing table is replaced in one assignment on the event loop,
 and each retired version drains (its queued and running requests finish on it) before
 it is freed. If any new version fails to load or warm up, no old version is retired,
-and the failure is kept for the repository index and logged.
+the failure is kept for the repository index and logged, and the load raises naming the
+failed versions (the explicit load API answers 422 while the old versions serve on).
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ class ModelState:
         return self.latest
 
 
+def _partial_failure(name: str, failures: dict[int, str], serving: list[int]) -> str:
+    failed = "; ".join(f"version {v}: {reason}" for v, reason in sorted(failures.items()))
+    return (f"model {name!r}: {len(failures)} version(s) failed to load ({failed}); "
+            f"still serving version(s) {', '.join(map(str, serving))}")
+
+
 class Repository:
     def __init__(self, sources: dict[str, ModelSource], metrics: Metrics,
                  root: Path | None = None, drain_timeout_s: float = 30.0) -> None:
@@ -105,7 +112,8 @@ class Repository:
                 raise result
 
     async def load(self, name: str) -> None:
-        """Load or reload ``name`` from its source; raise if no version ends up ready."""
+        """Load or reload ``name`` from its source; raise if any wanted version failed
+        (the versions that did load, or the old ones, serve on)."""
         state = self._models.get(name)
         if state is None and self.root is not None:
             state = await self._discover(name)
@@ -157,6 +165,8 @@ class Repository:
             reason = next(iter(failures.values()), "no version folder holds a model")
             state.error = reason
             raise ModelLoadError(f"model {name!r}: {reason}")
+        if failures:  # the old versions serve on, but the load the caller asked for failed
+            raise ModelLoadError(_partial_failure(name, failures, sorted(keep)))
 
     async def _load_version(self, state: ModelState, version: int,
                             snapshot: Snapshot) -> ServedVersion:
