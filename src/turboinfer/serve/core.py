@@ -40,14 +40,25 @@ class ServerSettings:
     grpc_port: int | None = 8001  # None: no gRPC
     model_control: ModelControl = ModelControl.EXPLICIT
     poll_seconds: float = 5.0
-    max_body_bytes: int = 64 * 1024 * 1024
+    max_body_bytes: int = 64 * 1024 * 1024  # a body with binary tensors
+    # An all-JSON body (never more than max_body_bytes): smaller, because parsing it
+    # takes about twice its size again and the tensors it holds are a quarter of it.
+    max_json_body_bytes: int = 8 * 1024 * 1024
+    # Request bodies being read or served at once, all connections together; beyond it
+    # a request is refused at once with 503 and Retry-After (one alone always passes).
+    max_body_bytes_in_flight: int = 256 * 1024 * 1024
+    max_connections: int = 1024  # open HTTP connections; beyond it uvicorn answers 503
     drain_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.poll_seconds <= 0:
             raise ConfigError("poll seconds must be > 0")
-        if self.max_body_bytes < 1024:
-            raise ConfigError("the request body limit must be at least 1024 bytes")
+        if min(self.max_body_bytes, self.max_json_body_bytes) < 1024:
+            raise ConfigError("the request body limits must be at least 1024 bytes")
+        if self.max_body_bytes_in_flight < 1024:
+            raise ConfigError("the in-flight body bytes must be at least 1024")
+        if self.max_connections < 1:
+            raise ConfigError("max connections must be >= 1")
 
 
 class ServerCore:

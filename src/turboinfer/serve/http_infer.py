@@ -16,6 +16,7 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from turboinfer.errors import InvalidInputError, PayloadTooLargeError, TurboinferError, reply_for
+from turboinfer.serve.body_budget import BodyBudget
 from turboinfer.serve.core import ServerCore
 from turboinfer.serve.protocol import decode_request, encode_response
 
@@ -94,7 +95,10 @@ class InferEndpoint:
     def __init__(self, core: ServerCore, fallback: ASGIApp) -> None:
         self.core = core
         self.fallback = fallback
-        self.limit = core.settings.max_body_bytes
+        settings = core.settings
+        self.limit = settings.max_body_bytes
+        self.json_limit = min(settings.max_json_body_bytes, settings.max_body_bytes)
+        self.budget = BodyBudget(settings.max_body_bytes_in_flight)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = infer_target(scope)
@@ -123,13 +127,22 @@ class InferEndpoint:
                 header = value
             elif name == b"content-encoding":
                 encoding = value
-        body = await read_body(receive, length, encoding, self.limit)
         header_length = _header_length(header)
-        if header_length is None and len(body) > OFFLOAD_BYTES:
-            request = await asyncio.to_thread(decode_request, body, header_length)
-        else:
-            request = decode_request(body, header_length)
-        served, outputs = await self.core.infer(model, version, request)
+        # Only a body with binary tensors declares its JSON header's length.
+        limit = self.json_limit if header_length is None else self.limit
+        budget = self.budget
+        reserved = budget.take(int(length) if length is not None and length.isdigit()
+                               and int(length) <= limit else limit)
+        try:
+            body = await read_body(receive, length, encoding, limit)
+            if header_length is None and len(body) > OFFLOAD_BYTES:
+                request = await asyncio.to_thread(decode_request, body, header_length)
+            else:
+                request = decode_request(body, header_length)
+            del body  # the decoded tensors hold what they need of it
+            served, outputs = await self.core.infer(model, version, request)
+        finally:
+            budget.give(reserved)
         content, json_length = encode_response(served.name, served.label, request, outputs)
         if json_length is None:
             return 200, _JSON_HEADERS, content

@@ -96,6 +96,8 @@ def _uvicorn_config(core: ServerCore) -> uvicorn.Config:
         timeout_graceful_shutdown=_FLUSH_GRACE_S,
         # Keep-alive long enough that benchmark and client pools are never torn down.
         timeout_keep_alive=30,
+        # Beyond this many connections and tasks uvicorn answers 503 at once.
+        limit_concurrency=core.settings.max_connections,
         # No X-Forwarded-* rewriting: nothing here reads the client address, and the
         # middleware costs every request a scope copy.
         proxy_headers=False, server_header=False,
