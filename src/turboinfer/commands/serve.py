@@ -42,6 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body-mb", type=positive_int,
                         default=_DEFAULTS.max_body_bytes // MIB,
                         help="largest accepted request body in MiB")
+    parser.add_argument("--max-json-body-mb", type=positive_int,
+                        default=_DEFAULTS.max_json_body_bytes // MIB,
+                        help="largest accepted all-JSON request body in MiB (parsing JSON "
+                             "tensors takes more memory than binary ones)")
+    parser.add_argument("--max-body-mb-in-flight", type=positive_int,
+                        default=_DEFAULTS.max_body_bytes_in_flight // MIB,
+                        help="request body MiB held at once, all connections together; "
+                             "beyond it a request gets 503 with Retry-After")
+    parser.add_argument("--max-connections", type=positive_int,
+                        default=_DEFAULTS.max_connections,
+                        help="open HTTP connections; beyond it new ones get 503")
     parser.add_argument("--drain-seconds", type=float, default=_DEFAULTS.drain_timeout_s,
                         help="on SIGTERM, how long in-flight requests may take to finish")
 
@@ -61,6 +72,9 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         model_control=ModelControl(args.model_control),
         poll_seconds=args.poll_seconds,
         max_body_bytes=args.max_body_mb * MIB,
+        max_json_body_bytes=args.max_json_body_mb * MIB,
+        max_body_bytes_in_flight=args.max_body_mb_in_flight * MIB,
+        max_connections=args.max_connections,
         drain_timeout_s=args.drain_seconds,
     )
 
