@@ -62,7 +62,9 @@ def to_array(name: str, values: Any, dtype: np.dtype) -> np.ndarray:
             array = np.empty(len(items), dtype=object)
             array[:] = items
             return array
-        with np.errstate(over="raise", invalid="raise"):
+        if dtype.kind != "f":  # integers raise OverflowError by themselves
+            return np.array(values, dtype=dtype)
+        with np.errstate(over="raise", invalid="raise"):  # else 1e300 turns inf silently
             return np.array(values, dtype=dtype)
     except (ValueError, TypeError, OverflowError, FloatingPointError, RecursionError):
         raise InvalidInputError(f"input {name!r}: data do not match datatype "
