@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from turboinfer.errors import InvalidInputError
 from turboinfer.models.zoo import EvalSet, Feeds, RunFn
 
 BATCH = 64
@@ -56,11 +57,18 @@ def mean_cosine(
 
 
 def collect(run: RunFn, inputs: Feeds, *, output: str | None, size: int = BATCH) -> np.ndarray:
-    """The model's ``output`` (its first when None) over ``inputs``, run ``size`` at a time."""
+    """The model's ``output`` (its first when None) over ``inputs``, run ``size`` at a time;
+    one sample at a time when the model refuses a larger batch (a graph that pins its
+    batch axis still gets its accuracy measured)."""
     count = len(next(iter(inputs.values())))
     parts = []
     for start in range(0, count, size):
-        result = run({name: value[start : start + size] for name, value in inputs.items()})
+        try:
+            result = run({name: value[start : start + size] for name, value in inputs.items()})
+        except InvalidInputError:
+            if size == 1:
+                raise
+            return collect(run, inputs, output=output, size=1)
         parts.append(np.asarray(result[output] if output in result
                                 else next(iter(result.values()))))
     return np.concatenate(parts)

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from turboinfer.bench.latency import time_runs
+from turboinfer.bench.reasons import one_line, pinned_axis_hint
 from turboinfer.bench.stats import spread, summarize_ns
 from turboinfer.engines import Session
-from turboinfer.errors import TurboinferError
 from turboinfer.optimize.batching import CurvePoint
 from turboinfer.optimize.settings import MeasureSettings
 
@@ -85,6 +85,7 @@ class Timed:
     points: list[Point]  # ascending batch sizes
     feeds: Callable[[int], Feeds]  # the inputs of one batch size
     error: str | None = None
+    notes: list[str] = field(default_factory=list)  # batch sizes dropped, and why
 
     def curve(self) -> tuple[CurvePoint, ...]:
         return tuple(p.curve_point() for p in self.points if p.p99_ms)
@@ -109,9 +110,22 @@ def _time_ladder(timed: Timed, windows: Windows) -> None:
             durations = time_runs(timed.session.run, timed.feeds(point.batch_size),
                                   min_runs=windows.runs, min_seconds=windows.seconds,
                                   warmup_runs=windows.warmup_runs)
-        except TurboinferError as exc:
-            timed.error = str(exc)
+        except Exception as exc:  # an engine's own error: this candidate, not the tune
+            _drop_from(timed, point, exc)
             return
         point.add(durations)
         if point.over(windows.slo_ms):
             return  # larger batches only take longer
+
+
+def _drop_from(timed: Timed, failed: Point, exc: Exception) -> None:
+    """A batch size the engine cannot run ends the ladder there when a smaller one ran
+    (the graph pins its batch axis, or memory runs out); with nothing run, the candidate
+    fails with the engine's reason."""
+    ran = [p.batch_size for p in timed.points if p.p99_ms and p is not failed]
+    if not ran:
+        timed.error = one_line(exc)
+        return
+    timed.points = [p for p in timed.points if p.batch_size < failed.batch_size]
+    timed.notes.append(f"batch {failed.batch_size} and larger dropped: {one_line(exc)}"
+                       f"{pinned_axis_hint(failed.batch_size, ran)}")

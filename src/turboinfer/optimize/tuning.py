@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from turboinfer.bench.latency import feeds_for
+from turboinfer.bench.reasons import one_line
 from turboinfer.engines import (
     EngineSettings,
     ModelArtifact,
@@ -30,7 +31,6 @@ from turboinfer.engines import (
     available_engines,
     load_session,
 )
-from turboinfer.errors import TurboinferError
 from turboinfer.models import ResolvedModel
 from turboinfer.optimize.batching import plan_batching
 from turboinfer.optimize.candidates import Candidate, Measured
@@ -150,8 +150,8 @@ def _load(candidate: Candidate, resolved: ResolvedModel, report: OptimizeReport,
         session = load_session(artifact, candidate.engine,
                                EngineSettings(intra_op_threads=candidate.threads))
         candidate = _engine_metric(candidate, session, resolved, report, settings)
-    except TurboinferError as exc:
-        return candidate, None, str(exc)
+    except Exception as exc:  # an engine that cannot load or run it: this candidate only
+        return candidate, None, one_line(exc)
 
     def feeds(batch: int) -> Feeds:
         # Every variant of one source takes the same inputs: build each batch once.
@@ -169,7 +169,8 @@ def _result(candidate: Candidate, timed: Timed | None, error: str | None,
     if timed is None or timed.error is not None:
         return Measured(candidate, error=error or (timed.error if timed else None))
     curve = timed.curve()
-    return Measured(candidate, curve, plan_batching(curve, settings.slo_p99_ms))
+    return Measured(candidate, curve, plan_batching(curve, settings.slo_p99_ms),
+                    notes=tuple(timed.notes))
 
 
 def _engine_metric(candidate: Candidate, session: Session, resolved: ResolvedModel,
