@@ -3,13 +3,21 @@
 Metric names follow Triton's semantics with a ``turboinfer_`` prefix and base units
 (seconds, not microseconds). ``inference_total / execution_total`` is the average batch
 size. Each server owns its registry, so several servers in one process never collide.
+
+The golden metrics that are ratios or machine-wide (utilisation, batch efficiency, the
+memory-traffic proxy) are computed when /metrics is scraped, by ``GoldenCollector``,
+from counters the hot path already keeps: serving a request costs nothing more for them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -20,7 +28,10 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from turboinfer.hardware.cgroup import cpu_limit
 from turboinfer.serve.batcher import BatchObserver
 
 PREFIX = "turboinfer"
@@ -61,6 +72,9 @@ class Metrics:
         # The failure reasons seen per (model, version): the family has a third label, so
         # forgetting a version must know which of its series exist.
         self._failure_reasons: dict[tuple[str, str], set[str]] = {}
+        # The versions served, read by the scrape-time collector.
+        self.versions: dict[tuple[str, str], VersionStats] = {}
+        r.register(GoldenCollector(self))
 
     def _histogram(self, name: str, doc: str) -> Histogram:
         return Histogram(f"{PREFIX}_{name}", doc, LABELS, buckets=LATENCY_BUCKETS,
@@ -69,8 +83,12 @@ class Metrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def for_version(self, model: str, version: str) -> VersionStats:
-        return VersionStats(self, model, version)
+    def for_version(self, model: str, version: str, *, max_batch_size: int = 0,
+                    weight_bytes: int = 0) -> VersionStats:
+        stats = VersionStats(self, model, version, max_batch_size=max_batch_size,
+                             weight_bytes=weight_bytes)
+        self.versions[(model, version)] = stats
+        return stats
 
     def failure_counter(self, model: str, version: str, reason: str) -> Any:
         """The failure series of one version and reason, remembered for ``forget``."""
@@ -79,6 +97,7 @@ class Metrics:
 
     def forget(self, model: str, version: str) -> None:
         """Drop an unloaded version's series so /metrics does not grow forever."""
+        self.versions.pop((model, version), None)
         for family in (self.success, self.inferences, self.executions, self.request_time,
                        self.queue_time, self.compute_time, self.batch_size, self.pending):
             with contextlib.suppress(KeyError):  # never observed: nothing to remove
@@ -111,8 +130,10 @@ class BatchTotals:
 class VersionStats(BatchObserver):
     """Statistics of one model version: Triton's JSON and the Prometheus children."""
 
-    def __init__(self, metrics: Metrics, model: str, version: str) -> None:
+    def __init__(self, metrics: Metrics, model: str, version: str, *,
+                 max_batch_size: int = 0, weight_bytes: int = 0) -> None:
         self.model, self.version = model, version
+        self.max_batch_size, self.weight_bytes = max_batch_size, weight_bytes
         self._metrics = metrics
         labels = (model, version)
         self._success = metrics.success.labels(*labels)
@@ -202,3 +223,81 @@ class VersionStats(BatchObserver):
                 for size, b in sorted(self.batches.items())
             ],
         }
+
+
+def usable_cores() -> int:
+    """Cores this process may keep busy: its CPU affinity capped by the cgroup quota."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    quota = cpu_limit()
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
+
+
+def weight_bytes(model_file: Path) -> int:
+    """Bytes of a model's weights on disk: the file and its external data (ONNX's
+    ``model.onnx.data``, OpenVINO's ``model.bin``). 0 when unreadable: it only feeds a
+    proxy metric and must never stop a model from loading."""
+    companion = (model_file.with_suffix(".bin") if model_file.suffix == ".xml"
+                 else Path(f"{model_file}.data"))
+    total = 0
+    for path in (model_file, companion):
+        with contextlib.suppress(OSError):  # no external data is the common case
+            total += path.stat().st_size
+    return total
+
+
+class GoldenCollector(Collector):
+    """Utilisation, batch efficiency and the memory-traffic proxy, computed per scrape.
+
+    - ``turboinfer_cpu_utilisation_seconds_total``: process CPU seconds (all threads,
+      user + system) divided by the usable cores; its ``rate()`` is the share of the
+      machine's compute in use, 0..1.
+    - ``turboinfer_batch_efficiency``: rows per executed batch over ``max_batch_size``
+      since the version loaded; a window's value is
+      ``rate(turboinfer_inference_total) / rate(turboinfer_execution_total) /
+      turboinfer_max_batch_size``.
+    - ``turboinfer_weight_bytes_read_total``: executions times the model's weight
+      bytes. A proxy for memory bandwidth, not a measurement: each batch reads every
+      weight once, activations are not counted, and weights that stay in cache never
+      reach memory. Its ``rate()`` tells which model moves the most bytes.
+    """
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._cores = usable_cores()
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(f"{PREFIX}_usable_cores",
+                                "Cores this process may use (affinity, cgroup quota)",
+                                value=self._cores)
+        yield CounterMetricFamily(
+            f"{PREFIX}_cpu_utilisation_seconds",
+            "Process CPU seconds per usable core; rate() is the utilisation (0-1)",
+            value=time.process_time() / self._cores)
+        yield from self._per_version()
+
+    def _per_version(self) -> Iterator[Metric]:
+        max_batch = GaugeMetricFamily(
+            f"{PREFIX}_max_batch_size", "The version's max_batch_size (0: no batching)",
+            labels=LABELS)
+        efficiency = GaugeMetricFamily(
+            f"{PREFIX}_batch_efficiency",
+            "Average rows per batch / max_batch_size since the version loaded (0-1)",
+            labels=LABELS)
+        weights = GaugeMetricFamily(
+            f"{PREFIX}_model_weight_bytes", "Bytes of the model's weights on disk",
+            labels=LABELS)
+        read = CounterMetricFamily(
+            f"{PREFIX}_weight_bytes_read",
+            "Executions x weight bytes: a proxy for memory traffic, not a measurement",
+            labels=LABELS)
+        # A copy: versions load and unload on the event loop while a scrape may run.
+        for stats in list(self._metrics.versions.values()):
+            labels = [stats.model, stats.version]
+            max_batch.add_metric(labels, stats.max_batch_size)
+            if stats.max_batch_size > 0 and stats.execution_count:
+                efficiency.add_metric(labels, stats.inference_count / (
+                    stats.execution_count * stats.max_batch_size))
+            weights.add_metric(labels, stats.weight_bytes)
+            read.add_metric(labels, stats.execution_count * stats.weight_bytes)
+        yield from (max_batch, efficiency, weights, read)

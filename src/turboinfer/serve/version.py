@@ -19,7 +19,7 @@ from turboinfer.errors import ConfigError, InvalidInputError, TurboinferError, U
 from turboinfer.serve.batcher import Batcher, BatchingSettings
 from turboinfer.serve.config import ModelConfig
 from turboinfer.serve.instances import InstancePool, InstanceSettings
-from turboinfer.serve.metrics import Metrics, VersionStats
+from turboinfer.serve.metrics import Metrics, VersionStats, weight_bytes
 from turboinfer.serve.protocol import InferRequest, check_requested_outputs, datatype_of
 
 PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino"}
@@ -68,7 +68,10 @@ class ServedVersion:
         """Build the sessions on a worker thread, start the batcher, warm every instance."""
         pool = await asyncio.to_thread(InstancePool.load, artifact, instance_settings(config))
         try:
-            served = cls(name, version, config, pool, metrics.for_version(name, str(version)))
+            stats = metrics.for_version(name, str(version),
+                                        max_batch_size=config.max_batch_size,
+                                        weight_bytes=weight_bytes(artifact.onnx_path))
+            served = cls(name, version, config, pool, stats)
             await served.warm_up()
         except BaseException:
             pool.close()
