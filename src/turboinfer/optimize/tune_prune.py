@@ -33,10 +33,14 @@ class PrunedVariants:
 
 
 def check_prunable(resolved: ResolvedModel) -> None:
-    """Fail before any slow work: the pruner needs the zoo's PyTorch model."""
+    """Fail before any slow work: the pruner needs the zoo's PyTorch model and Torch-Pruning."""
     if resolved.entry is None:
         raise ConfigError("--prune needs a built-in model (builtin:NAME); for your own "
                           "torch.nn.Module call turboinfer.prune.prune() and tune its ONNX")
+    # why: turboinfer.prune loads torch (seconds); only a tune that prunes comes here.
+    from turboinfer.prune.requires import torch_pruning
+
+    torch_pruning()  # the prune extra, before the variants are built
 
 
 def build_pruned(resolved: ResolvedModel, reference: OptimizeReport, work: Path,

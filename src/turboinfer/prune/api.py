@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
-import torch_pruning as tp
 from torch import nn
 
 from turboinfer.errors import ConfigError
@@ -20,6 +19,7 @@ from turboinfer.prune import sparsity24, transformer
 from turboinfer.prune.data import Batch, check_fits, first_batches, reiterable
 from turboinfer.prune.distill import distill, taylor_loss
 from turboinfer.prune.layers import LayerWidth, protected_layers, widths
+from turboinfer.prune.requires import torch_pruning
 from turboinfer.prune.schedule import PrunerSpec, build_pruner, check_runs, run_steps
 from turboinfer.prune.settings import PruneSettings
 
@@ -75,6 +75,7 @@ def prune(
     ``eval_fn(model) -> float`` scores a model, higher being better.
     """
     settings = settings or PruneSettings()
+    torch_pruning()  # fail before any work when the prune extra is missing
     data = reiterable(train_data)
     check_fits(module, data)
     teacher = copy.deepcopy(module).eval()
@@ -150,7 +151,7 @@ def _prune_steps(
 
 def model_size(module: nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> ModelSize:
     """Parameters and MACs as Torch-Pruning counts them (conv/linear/norm layers)."""
-    macs, params = tp.utils.count_ops_and_params(module, example_inputs)
+    macs, params = torch_pruning().utils.count_ops_and_params(module, example_inputs)
     return ModelSize(parameters=int(params), macs=int(macs))
 
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-import torch_pruning as tp
 
 from turboinfer.prune.data import Batch
+from turboinfer.prune.requires import torch_pruning
+
+if TYPE_CHECKING:  # annotations only: the module is optional (the prune extra)
+    import torch_pruning as tp
 
 # (student output, teacher output, hard labels or None) -> scalar loss
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
@@ -29,8 +33,10 @@ class Criterion:
 # group_reduction="mean" scores a channel over every layer that loses it together (the
 # whole DepGraph group), not just the layer that roots the group.
 CRITERIA: dict[str, Criterion] = {
-    "l1": Criterion(lambda: tp.importance.GroupMagnitudeImportance(p=1), needs_gradients=False),
-    "taylor": Criterion(tp.importance.GroupTaylorImportance, needs_gradients=True),
+    "l1": Criterion(lambda: torch_pruning().importance.GroupMagnitudeImportance(p=1),
+                    needs_gradients=False),
+    "taylor": Criterion(lambda: torch_pruning().importance.GroupTaylorImportance(),
+                        needs_gradients=True),
 }
 
 

@@ -28,6 +28,7 @@ from turboinfer.models.zoo import ZooEntry
 from turboinfer.prune.api import prune
 from turboinfer.prune.measure import LatencySettings, onnx_latency
 from turboinfer.prune.report import PruneReport, settings_dict
+from turboinfer.prune.requires import torch_pruning
 from turboinfer.prune.settings import PruneSettings
 from turboinfer.prune.zoo import task_for
 
@@ -53,6 +54,7 @@ def prune_builtin(
 ) -> PruneReport:
     """Prune ``builtin:NAME``, write the outputs to ``out_dir`` and return the report."""
     entry = _entry(ref)
+    torch_pruning()  # the prune extra, before the training data is built
     task = task_for(entry, train_path=train_path, batch_size=settings.batch_size,
                     seed=settings.seed)
     settings = dataclasses.replace(

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
-import torch_pruning as tp
 
 from turboinfer.errors import ModelLoadError
 from turboinfer.prune.data import Batch
 from turboinfer.prune.importance import CRITERIA, LossFn, accumulate_gradients
+from turboinfer.prune.requires import torch_pruning
 from turboinfer.prune.settings import Phase, PruneSettings
+
+if TYPE_CHECKING:  # annotations only: the module is optional (the prune extra)
+    import torch_pruning as tp
 
 
 @dataclass(frozen=True)
@@ -66,9 +70,10 @@ def build_pruner(
     spec: PrunerSpec,
 ) -> tuple[tp.pruner.MetaPruner, list[Step]]:
     steps = plan(settings.phases, settings.steps_per_phase)
+    tp_module = torch_pruning()
     first = CRITERIA[steps[0].criterion].make()
     try:
-        pruner = tp.pruner.MetaPruner(
+        pruner = tp_module.pruner.MetaPruner(
             model,
             example_inputs,
             importance=first,

@@ -9,12 +9,14 @@ the heads (query/key/value outputs, grouped by head) and the FFN's inner channel
 from __future__ import annotations
 
 import sys
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import torch_pruning as tp
 from torch import nn
 
 from turboinfer.prune.schedule import PrunerSpec
+
+if TYPE_CHECKING:  # annotations only: the module is optional (the prune extra)
+    import torch_pruning as tp
 
 _BERT_MODULE = "transformers.models.bert.modeling_bert"
 
