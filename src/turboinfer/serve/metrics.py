@@ -85,10 +85,14 @@ class Metrics:
 
     def for_version(self, model: str, version: str, *, max_batch_size: int = 0,
                     weight_bytes: int = 0) -> VersionStats:
-        stats = VersionStats(self, model, version, max_batch_size=max_batch_size,
-                             weight_bytes=weight_bytes)
-        self.versions[(model, version)] = stats
-        return stats
+        return VersionStats(self, model, version, max_batch_size=max_batch_size,
+                            weight_bytes=weight_bytes)
+
+    def serving(self, stats: VersionStats) -> None:
+        """A version that loaded and warmed up: the scrape-time collector reads it. A
+        version whose load failed is never named here, so it cannot shadow the version
+        that still serves under the same number."""
+        self.versions[(stats.model, stats.version)] = stats
 
     def failure_counter(self, model: str, version: str, reason: str) -> Any:
         """The failure series of one version and reason, remembered for ``forget``."""

@@ -73,6 +73,7 @@ class ServedVersion:
                                         weight_bytes=weight_bytes(artifact.onnx_path))
             served = cls(name, version, config, pool, stats)
             await served.warm_up()
+            metrics.serving(stats)
         except BaseException:
             pool.close()
             raise
