@@ -4,7 +4,8 @@ raw-asyncio client and, for reference, a plain aiohttp client doing the same loo
 
     python benchmarks/serving/client_overhead.py [--seconds 3] [--levels 1,8,64]
 
-Prints a Markdown table; the numbers in benchmarks/README.md ("Serving") come from it.
+Prints a Markdown table and keeps the raw figures in ``client_overhead.json`` beside this
+script (``--output`` elsewhere); benchmarks/README.md ("Serving") quotes that file.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
 INFER_BODY = json.dumps({"inputs": [{"name": "input", "shape": [1, 16], "datatype": "FP32",
                                      "data": [0.0] * 16}]}).encode()
 
@@ -69,7 +73,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--levels", default="1,8,64")
+    parser.add_argument("--output", type=Path, default=HERE / "client_overhead.json")
     args = parser.parse_args()
+    rows: list[dict[str, float | int | None]] = []
+    load_before = os.getloadavg()
     process, url = start_instant()
     try:
         print("| concurrency | turboinfer load (req/s) | its CPU (share of a core) "
@@ -80,9 +87,15 @@ def main() -> None:
             reference = aiohttp_qps(url, level, args.seconds)
             ref = f"{reference:,.0f}" if reference is not None else "not installed"
             print(f"| {level} | {qps:,.0f} | {cpu:.0%} | {ref} |", flush=True)
+            rows.append({"concurrency": level, "turboinfer_qps": qps, "turboinfer_client_cpu": cpu,
+                         "aiohttp_qps": reference})
     finally:
         process.terminate()
         process.wait(10)
+    args.output.write_text(json.dumps({
+        "seconds": args.seconds, "load_average_before": load_before,
+        "load_average_after": os.getloadavg(), "rows": rows}, indent=1) + "\n")
+    print(f"raw results: {args.output}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,11 @@ Peers run from their own virtual environments (never this Python):
 
     python benchmarks/serving/run.py [--systems turboinfer,mlserver,pytriton,ray]
 
-A peer whose venv is missing is skipped with a note. Every system batches up to 32
-rows with a 2 ms window and runs onnxruntime with 2 intra-op threads.
+Every load report is kept, as ``turboinfer load`` wrote it, in ``results.json`` beside
+this script (``--output`` elsewhere): the table is printed from those reports and the
+README's figures are read from that file. A peer whose venv is missing is skipped with a
+note. Every system batches up to 32 rows with a 2 ms window and runs onnxruntime with 2
+intra-op threads.
 """
 
 from __future__ import annotations
@@ -155,31 +158,45 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--systems", default="turboinfer,mlserver,pytriton,ray")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--output", type=Path, default=HERE / "results.json",
+                        help="where the raw load reports go (default: results.json here)")
     args = parser.parse_args()
     print("| system | scenario | throughput (req/s) | p50 (ms) | p99 (ms) | max rate (req/s) |")
     print("|---|---|---|---|---|---|")
+    # The servers' scratch files (model, configs) are temporary; the results are not.
+    results: dict[str, dict] = {"load_average_before": os.getloadavg(), "systems": {}}
     with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
         model = write_mlp(Path(tmp) / "mlp.onnx")
         for name in args.systems.split(","):
-            run_system(SYSTEMS[name], model, Path(tmp), args.scenarios.split(","))
+            results["systems"][name] = run_system(SYSTEMS[name], model, Path(tmp),
+                                                  args.scenarios.split(","))
+            # Written after every system, so a run cut short keeps what it measured.
+            results["load_average_after"] = os.getloadavg()
+            args.output.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"raw results: {args.output}")
 
 
-def run_system(system: System, model: Path, tmp: Path, scenarios: list[str]) -> None:
+def run_system(system: System, model: Path, tmp: Path, scenarios: list[str]) -> dict:
+    """Each scenario's load report (or why there is none), keyed by scenario."""
     venv = VENVS.get(system.name)
     if venv and not (PEERS / venv / "bin" / "python").exists():
         print(f"| {system.name} | skipped: no venv at {PEERS / venv} | | | | |", flush=True)
-        return
+        return {"skipped": f"no venv at {PEERS / venv}"}
     work = tmp / system.name
     work.mkdir()
+    reports: dict = {}
     process = system.start(model, work, system.port)
     try:
         wait_ready(system.port, process)
         for scenario in scenarios:
-            print(row(system.name, scenario, load(system, scenario, work)), flush=True)
+            reports[scenario] = load(system, scenario, work)
+            print(row(system.name, scenario, reports[scenario]), flush=True)
     except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
         print(f"| {system.name} | failed: {exc} | | | | |", flush=True)
+        reports["failed"] = str(exc)
     finally:
         stop(process)
+    return reports
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

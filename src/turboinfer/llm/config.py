@@ -126,17 +126,15 @@ class EngineConfig:
     # see benchmarks/llm/README.md.
     num_speculative_tokens: int = 6
     # Speculate only while at most this many sequences decode in a step. With more, the
-    # step is busy enough that drafting costs more than verification saves (demo model
-    # and draft, 1 thread, stdlib-text prompts: 1.74x at 1 sequence, 1.18x at 4, 1.06x
-    # at 8, 0.98x at 16); above it the engine decodes plainly and the draft catches up
-    # when the batch shrinks.
+    # step is busy enough that drafting costs more than verification saves (the gain
+    # shrinks as the batch grows and is gone by 16 sequences on the demo model and
+    # draft); above it the engine decodes plainly and the draft catches up when the
+    # batch shrinks.
     speculative_max_batch: int = 8
     # The draft's weights. Its proposals only need to agree with the target, which
     # verifies every token, so quantization costs no exactness and cuts the draft's step
-    # time (demo draft, 1 thread: fp32 0.72, int8 0.46, int4 0.39-0.44 ms) with the same
-    # acceptance (0.71-0.72 at k=5). With transposed fp32 weights (llm/kernels.py) int4
-    # still won between target steps (speed-ups 1.84-2.07x against 1.34-1.72x for fp32):
-    # its 0.7 MB of weights stay in cache, the fp32 draft's 5 MB do not.
+    # time at the same acceptance. int4 also beats transposed fp32 weights
+    # (llm/kernels.py) for the draft: its weights stay in cache, the fp32 draft's do not.
     draft_quant: QuantMode = QuantMode.INT4
     ngram_size: int = 0
     max_model_len: int = 0

@@ -1,19 +1,17 @@
 """Faster fp32 linear layers on CPU: weights stored transposed, MKL-packed for big batches.
 
-Two measured effects (1 thread, recording machine):
+Two effects (benchmarks/llm/run.py records the engine's speed with them):
 
 - **Layout.** ``x @ w_t`` with the weight stored ``[in, out]`` runs MKL's GEMM on its
   preferred layout; ``F.linear`` on the usual ``[out, in]`` weight does not. For the few
-  rows of a decode or speculative-verification step this is the larger win:
-  256->1536 at 1 row 16 vs 29 us, at 6 rows 40 vs 51 us; 768->2304 at 6 rows 0.34 vs
-  0.55 ms.
+  rows of a decode or speculative-verification step this is the larger win.
 - **Packing.** MKL can pre-arrange a weight for one batch size so each call at that
-  size skips the packing step (768->4096 at 16 rows: 0.83 vs 1.06 ms). At any other size
+  size skips the packing step. At any other size
   ``_mkl_linear`` falls back to ``F.linear`` on the weight it is given, and handing it
   the transposed weight's ``.t()`` view makes that fallback the fast layout above.
 
 Results equal ``F.linear``'s up to float rounding. The packed copy costs extra memory
-(about 2.6x the weight), which a decode-bound CPU deployment can afford; the transposed
+(more than the weight itself), which a decode-bound CPU deployment can afford; the transposed
 copy replaces the original (tied LM heads get their own copy).
 """
 

@@ -2,9 +2,9 @@
 
 A general client (aiohttp) spends most of a 2-core machine's CPU on request objects,
 header dictionaries and cookie handling; here a request is one ``transport.write`` of
-bytes built once, and a response is found by its head and ``Content-Length``. Measured
-on 2 cores against a server that answers at once: ~25,000 req/s at 8 connections,
-against ~6,400 for aiohttp (benchmarks/serving/client_overhead.py).
+bytes built once, and a response is found by its head and ``Content-Length``.
+benchmarks/serving/client_overhead.py measures both against a server that answers at
+once (raw figures in benchmarks/serving/client_overhead.json).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def train(model: DigitsCNN) -> DigitsCNN:
     """Seeded Adam with a one-cycle schedule; reaches ~99% held-out accuracy."""
     threads = torch.get_num_threads()
     # Ops this small gain nothing from threads, and on a busy machine a second thread
-    # that waits for its turn made training 15x slower (23 s vs 370 s measured).
+    # that waits for its turn made training many times slower.
     torch.set_num_threads(1)
     try:
         return _fit(model)

@@ -47,9 +47,8 @@ class Instance:
     """One session and the thread that runs it.
 
     A dedicated thread fed by a ``SimpleQueue`` and answering through
-    ``call_soon_threadsafe`` costs about 20 µs per batch here, against 45-85 µs for
-    ``run_in_executor`` (its futures, locks and callbacks), and the hop is paid on every
-    request of a small model.
+    ``call_soon_threadsafe`` is a cheaper hop than ``run_in_executor`` (its futures,
+    locks and callbacks), and the hop is paid on every request of a small model.
     """
 
     def __init__(self, session: Session, name: str) -> None:

@@ -1,8 +1,9 @@
 """Parsing a request's JSON document with a peak memory close to the body's own size.
 
-orjson builds its whole parse tree before making Python objects: on a 9.6 MB body of
-float tensor data its peak was 132 MB (13.7x the body). msgspec makes the Python objects
-as it reads, peaking at 17 MB (1.7x) and parsing faster; below ``LARGE_JSON_BYTES``
+orjson builds its whole parse tree before making Python objects, so on a large body of
+float tensor data its peak is many times the body. msgspec makes the Python objects as
+it reads, peaking near the body's size (tests/serve/test_body_limits.py bounds it);
+below ``LARGE_JSON_BYTES``
 orjson is kept, as the two are alike there and it serves every other JSON path.
 """
 
