@@ -24,6 +24,10 @@ from turboinfer.serve.instances import Instance, InstancePool
 
 log = logging.getLogger(__name__)
 
+# How long a batch still running when its version closes may go on before its requests
+# fail; shorter than the grace the server gives its listeners to write the last answers.
+RUNNING_GRACE_S = 0.5
+
 __all__ = ["BatchObserver", "Batcher", "BatchingSettings", "Outputs"]
 
 
@@ -166,6 +170,17 @@ class Batcher:
             self._dispatcher.cancel()
             await asyncio.gather(self._dispatcher, return_exceptions=True)
         self._queue.fail_all(UnavailableError("model version unloaded"))
+        if self._running:
+            # A batch still running gets a short grace, then its requests fail (503):
+            # at shutdown the listeners must still be there to write that answer, or
+            # the clients would be cut off with none.
+            asyncio.get_running_loop().call_later(RUNNING_GRACE_S, _cancel,
+                                                  list(self._running))
+
+
+def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()  # _execute fails the batch's requests; a finished task ignores it
 
 
 def _merge(batch: list[Pending]) -> dict[str, np.ndarray]:
