@@ -36,8 +36,9 @@ def int8_activation_type(profile: HardwareProfile) -> Int8Activation:
     x86 multiplies INT8 with VPMADDUBSW / VPDPBUSD, both unsigned-by-signed: ONNX
     Runtime's x86 kernels take uint8 activations (U8S8) natively, while int8 activations
     (S8S8) leave QDQ convolutions unfused. With AVX512-VNNI and AMX present, ResNet-50
-    U8S8 ran at 77 ms against 282 ms for S8S8 (benchmarks/optimize/results.json). ARM's dot-product units are signed-by-signed, so there the
-    symmetric int8 default is as fast. The optimizer still measures both.
+    U8S8 ran at 77 ms against 282 ms for S8S8 (benchmarks/optimize/results.json). ARM's
+    dot-product units are signed-by-signed, so there the symmetric int8 default is as
+    fast. The optimizer still measures both.
     """
     return "uint8" if is_x86(profile.cpu) else "int8"
 
