@@ -48,6 +48,24 @@ def test_clearly_above_needs_separate_intervals_and_more_than_the_floor() -> Non
     assert not Spread(104.0, 104.0, 104.0, 5).clearly_above(tight, NOISE_FLOOR)  # 4% < 5%
 
 
+def test_rounds_timed_together_compare_round_by_round() -> None:
+    """Under background load every candidate's rounds swing together: the intervals of
+    each overlap, yet the faster one wins every round by 2x. Paired per round it is
+    clearly faster; a steady 3% lead is not, and neither is a lead in only some rounds."""
+    load = [1.0, 0.2, 0.9, 0.25, 0.95]  # the machine's share left to us in each round
+    fast = spread([40.0 * f for f in load])
+    slow = spread([20.0 * f for f in load])
+    unpaired = Spread(slow.median, slow.low, slow.high, slow.rounds)
+    assert not fast.clearly_above(unpaired, NOISE_FLOOR)  # alone, the intervals overlap
+    assert fast.clearly_above(slow, NOISE_FLOOR)
+    assert not slow.clearly_above(fast, NOISE_FLOOR)
+    slight = spread([40.0 * 1.03 * f for f in load])
+    assert not slight.clearly_above(fast, NOISE_FLOOR)  # 3% < the 5% floor
+    mixed = spread([40.0 * f * r for f, r in zip(load, [1.5, 0.7, 1.5, 0.7, 1.5],
+                                                  strict=True)])
+    assert not mixed.clearly_above(fast, NOISE_FLOOR)  # ahead in 3 rounds of 5 only
+
+
 def test_a_size_misses_the_slo_only_beyond_the_noise() -> None:
     # Median p99 over the limit, but the low end of its interval under it: not a miss.
     noisy = plan_batching([point(1, (12.0, 9.0, 14.0), (100.0, 95.0, 105.0))], slo_ms=10.0)

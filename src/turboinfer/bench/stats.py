@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -70,15 +70,31 @@ class Spread:
     low: float
     high: float
     rounds: int
+    # The per-round values in round order, when known: two quantities timed in the same
+    # interleaved rounds compare round by round (see ``clearly_above``).
+    values: tuple[float, ...] = field(default=(), compare=False, repr=False)
 
     def clearly_above(self, other: Spread, floor: float = 0.0) -> bool:
-        """Above ``other`` beyond the noise: the intervals do not overlap and the medians
-        differ by more than ``floor`` (a fraction of ``other``'s median)."""
+        """Above ``other`` beyond the noise, by more than ``floor`` (a fraction of
+        ``other``'s median).
+
+        Timed in the same rounds (three or more), the two compare round by round: the
+        median of the per-round ratios must pass ``1 + floor`` and the low end of its
+        interval 1. A burst of background load slows every candidate of its round, so the
+        ratio cancels most of what widens each interval alone; comparing intervals only,
+        a loaded machine makes every candidate look alike. Otherwise: the intervals do not
+        overlap and the medians differ by more than ``floor``.
+        """
+        paired = len(self.values) == len(other.values) >= 3
+        if paired and all(v > 0 for v in other.values):
+            ratios = spread([a / b for a, b in zip(self.values, other.values, strict=True)])
+            return ratios.low > 1.0 and ratios.median > 1.0 + floor
         return (self.low > other.high
                 and self.median - other.median > floor * abs(other.median))
 
     def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
+        return {"median": self.median, "low": self.low, "high": self.high,
+                "rounds": self.rounds}
 
 
 def spread(values: Sequence[float], *, confidence: float = 0.8, resamples: int = 1000,
@@ -95,11 +111,12 @@ def spread(values: Sequence[float], *, confidence: float = 0.8, resamples: int =
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     data = np.asarray(values, dtype=np.float64)
     median = float(np.median(data))
+    rounds = tuple(float(v) for v in data)
     if len(data) == 1:
-        return Spread(median, median, median, 1)
+        return Spread(median, median, median, 1, rounds)
     rng = np.random.default_rng(seed)
     draws = data[rng.integers(0, len(data), size=(resamples, len(data)))]  # [resamples, rounds]
     medians = np.median(draws, axis=1)
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(medians, [tail, 1.0 - tail])
-    return Spread(median, float(low), float(high), len(data))
+    return Spread(median, float(low), float(high), len(data), rounds)

@@ -2,9 +2,10 @@
 
 Among the eligible candidates (servable, within the accuracy budget, within the SLO as
 ``batching.plan_batching`` judges it), the one with the highest median throughput sets
-the bar. Every candidate whose throughput is not clearly below it (intervals over the
-timing rounds overlap, or the medians differ by less than ``batching.NOISE_FLOOR``) is
-as fast as far as this machine can tell, and of those the simplest wins: fewer threads,
+the bar. Every candidate whose throughput is not clearly below it (compared round by
+round, since all candidates are timed in the same interleaved rounds: the per-round
+ratio's interval reaches 1, or its median is under ``1 + batching.NOISE_FLOOR``) is as
+fast as far as this machine can tell, and of those the simplest wins: fewer threads,
 then a smaller batch, then the plainer variant (FP32, then graph, then FP16, then any
 quantized one), then the engine order of ``ENGINE_VARIANTS``; between equally simple ones
 (two int8 variants on one engine) the higher median throughput. When the top two by median
