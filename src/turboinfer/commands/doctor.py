@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for kind in REPORTS:
         parser.add_argument(f"--{kind}", type=Path, metavar="REPORT.json",
                             help=f"a saved `turboinfer {kind}` report to judge")
+    parser.add_argument("--server-log", type=Path, metavar="FILE",
+                        help="the server's log, read for out-of-memory and allocation "
+                             "failures")
     parser.add_argument("--threads", type=comma_list(positive_int),
                         default=SelfRunSettings.threads,
                         help="MODEL mode: the intra-op thread counts to compare")
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         url=target if is_url else None, model=args.model, window_s=args.window,
         self_run=None if is_url else target,
         self_run_settings=SelfRunSettings(batch_sizes=args.batch_sizes, threads=args.threads),
-        reports=tuple((k, getattr(args, k)) for k in REPORTS if getattr(args, k))))
+        reports=tuple((k, getattr(args, k)) for k in REPORTS if getattr(args, k)),
+        server_log=args.server_log))
     if args.html:
         # Here, not at the top: plotly (the page helpers) is needed only for --html.
         from turboinfer.doctor.html import write_html

@@ -1,5 +1,6 @@
 """Everything the rules read, gathered once: a server window, this machine over it, the
-saved reports (load, bench, tune/optimize, profile), a self-run, and the hardware.
+saved reports (load, bench, tune/optimize, profile), a self-run, a server log, and the
+hardware.
 
 Reports are read as the plain JSON their commands write, never through the code that
 wrote them, so a report from an older version or another machine still reads.
@@ -13,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from turboinfer.doctor.logs import LogCounts
 from turboinfer.doctor.machine import MachineWindow
 from turboinfer.doctor.server import ServerWindow
 from turboinfer.errors import InvalidInputError
@@ -40,6 +42,7 @@ class Inputs:
     bench: Report | None = None      # a saved bench report, or the self-run's
     tune: Report | None = None       # optimize's report (tune's ``optimize`` section)
     profile: Report | None = None
+    log: LogCounts | None = None     # a server log's allocation-failure lines
 
     def present(self) -> tuple[str, ...]:
         return tuple(f.name for f in fields(self) if getattr(self, f.name) is not None)

@@ -12,14 +12,14 @@ import math
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from turboinfer.errors import InvalidInputError
 from turboinfer.load.endpoint import Endpoint
-from turboinfer.load.metrics import SUCCESS, Snapshot, parse, server_side
+from turboinfer.load.metrics import FAILURE, SUCCESS, Snapshot, parse, server_side
 from turboinfer.serve.metrics import PREFIX
 
 REQUEST = f"{PREFIX}_request_duration_seconds"
@@ -54,6 +54,9 @@ class ServerWindow:
     max_pending: float | None
     cpu_cores: float | None
     instances: int
+    # Failed requests in the window by the server's reason label (turboinfer's
+    # rejected / invalid_input / backend, Triton's REJECTED / BACKEND / OTHER).
+    failure_reasons: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (vars(v) if isinstance(v, Percentiles) else v) for k, v in vars(self).items()}
@@ -109,7 +112,23 @@ def observe(url: str, *, model: str | None, seconds: float) -> ServerWindow:
         queue_mean_ms=side.queue_ms, compute_mean_ms=side.compute_ms,
         avg_batch=side.avg_batch_size, max_batch_size=max_batch,
         batch_efficiency=side.batch_efficiency, max_pending=max(pending, default=None),
-        cpu_cores=side.cpu_cores, instances=int(groups[0].get("count", 1)))
+        cpu_cores=side.cpu_cores, instances=int(groups[0].get("count", 1)),
+        failure_reasons=failure_reasons(start, end, model))
+
+
+def failure_reasons(start: Snapshot, end: Snapshot, model: str) -> dict[str, float]:
+    """Failures of ``model`` between two scrapes, by reason; reasons with none left out."""
+    def by_reason(snapshot: Snapshot) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in snapshot.samples:
+            if s.name.removesuffix("_total") in FAILURE and s.label("model") == model:
+                reason = s.label("reason") or "unknown"
+                out[reason] = out.get(reason, 0.0) + s.value
+        return out
+
+    before, after = by_reason(start), by_reason(end)
+    deltas = {reason: n - before.get(reason, 0.0) for reason, n in after.items()}
+    return {reason: n for reason, n in sorted(deltas.items()) if n > 0}
 
 
 def _config(base: str, model: str) -> dict[str, Any]:

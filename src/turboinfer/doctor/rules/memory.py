@@ -1,4 +1,5 @@
-"""Memory: pressure stalls, swapping, and latency that grows faster than the batch."""
+"""Memory: pressure stalls, swapping, latency that grows faster than the batch, and
+allocations that fail."""
 
 from __future__ import annotations
 
@@ -62,7 +63,35 @@ def superlinear_batch(inputs: Inputs) -> Outcome:
     return None
 
 
+def out_of_memory(inputs: Inputs) -> Outcome:
+    """Allocation failures in the server log, with the server's engine failures in the
+    window beside them when a server was watched. /metrics has no out-of-memory reason
+    (an engine's failure is ``backend`` whatever its cause), so the log is the evidence."""
+    log, server = inputs.log, inputs.server
+    if log is None:
+        return Skip("out_of_memory", "allocation failures are logged, not counted in "
+                                     "/metrics: give the server's log (--server-log FILE)")
+    if not log.oom_lines:
+        return None
+    failed, current = "", None
+    if server is not None:
+        backend = server.failure_reasons.get("backend", 0.0)
+        failed = (f"; {backend:g} engine (backend) failures of {server.model} in the "
+                  f"{server.seconds:.0f} s window")
+        current = server.max_batch_size or None
+    target = f"{max(1, current // 2)}" if current else "(half the current value)"
+    return Finding(
+        rule="out_of_memory", severity=Severity.CRITICAL,
+        symptom=f"{log.oom_lines} allocation-failure line(s) in {log.path} "
+                f"({log.lines} lines)",
+        cause="a batch needs more memory than the process can get",
+        evidence=f"first: {log.first_oom!r}{failed}",
+        fix=f"config.yaml: max_batch_size: {target} (and instances: 1; "
+            f"engine_settings: {{memory_arena: false}} returns freed memory)")
+
+
 RULES = (
     Rule("memory_pressure", frozenset({"machine"}), memory_pressure, "memory"),
     Rule("superlinear_batch", frozenset({"bench"}), superlinear_batch, "memory"),
+    Rule("out_of_memory", frozenset({"log", "server"}), out_of_memory, "memory"),
 )
