@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from turboinfer.commands._args import comma_list, positive_int
 from turboinfer.commands._data_args import add_data_arguments, data_keywords
 from turboinfer.output import format_table, print_json
 from turboinfer.progress import ProgressDisplay
+
+if TYPE_CHECKING:  # the module loads onnx: only for the annotation
+    from turboinfer.optimize.tune_report import TuneReport
+
+# Exit codes beyond the usual 0 / 2: nothing servable ran, or no candidate met the SLO.
+EXIT_NOTHING_RAN = 1
+EXIT_SLO_MISSED = 3
 
 NAME = "tune"
 HELP = "search variants x engines x settings under a latency SLO and accuracy budget"
@@ -38,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prune-epochs", type=positive_int, metavar="N",
                         help="distillation epochs after pruning (default: the pruner's)")
     parser.add_argument("--name", help="entry name in the repository (default: model name)")
+    parser.add_argument("--write-on-slo-miss", action="store_true",
+                        help="when no candidate meets the SLO, still write the lowest-latency "
+                             "one (the exit code stays 3)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     add_data_arguments(parser)
 
@@ -54,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
                       calib_count=args.calib_count, batch_sizes=args.batch_sizes,
                       threads=args.threads, name=args.name,
                       prune=args.prune, prune_epochs=args.prune_epochs,
+                      write_on_slo_miss=args.write_on_slo_miss,
                       progress=display.stage, **data_keywords(args))
     if args.json:
         print_json(report.to_dict())
-        return 0
+        return _exit_code(report)
     metric = report.optimize.metric
     print(f"model: {report.model}  SLO p99 {args.slo_p99_ms:g} ms  "
           f"budget {report.settings.budget}" + (f" of {metric.name}" if metric else "")
@@ -68,4 +80,12 @@ def run(args: argparse.Namespace) -> int:
     if report.entry is not None:
         print(f"entry: {report.entry.parent / 'config.yaml'} and {report.entry}")
     print(f"report: {report.work / 'report.json'} and {report.work / 'report.html'}")
-    return 0 if report.best is not None else 1
+    return _exit_code(report)
+
+
+def _exit_code(report: TuneReport) -> int:
+    """0 with a configuration inside the SLO; 3 when none met it, so `tune && serve`
+    never deploys a miss; 1 when nothing servable ran."""
+    if report.best is None:
+        return EXIT_NOTHING_RAN
+    return 0 if report.best.eligible else EXIT_SLO_MISSED

@@ -108,6 +108,7 @@ def tune(
     name: str | None = None,
     prune: float | None = None,
     prune_epochs: int | None = None,
+    write_on_slo_miss: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> TuneReport:
     """Find the highest-throughput configuration of ``model`` whose p99 meets
@@ -117,7 +118,8 @@ def tune(
 
     ``prune`` (a sparsity in (0, 1), built-in models only) adds the pruned model and its
     quantized variants as candidates, judged against the unpruned FP32 metric;
-    ``prune_epochs`` sets its distillation epochs. The data keywords are those of
+    ``prune_epochs`` sets its distillation epochs. When no candidate meets the SLO nothing
+    is written unless ``write_on_slo_miss``. The data keywords are those of
     ``optimize``: with no labels the budget is checked as fidelity to FP32.
     """
     settings = tune_settings_from(
@@ -125,7 +127,8 @@ def tune(
         variants=variants, calib_data=calib_data, calib_count=calib_count,
         batch_sizes=batch_sizes, threads=threads, name=name, prune=prune,
         prune_epochs=prune_epochs, calib_images=calib_images, image_prep=image_prep,
-        synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric)
+        synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric,
+        write_on_slo_miss=write_on_slo_miss)
     return run_tune(model, Path(repo), settings, progress)
 
 

@@ -231,6 +231,9 @@ class TuneSettings:
     rounds: int = TUNE_ROUNDS  # interleaved timing rounds over all candidates
     # Timing per candidate and batch size, split evenly over the rounds.
     point_seconds: float = TUNE_POINT_SECONDS
+    # When no candidate meets the SLO, write the lowest-latency one anyway: off, so that
+    # `tune && serve` never deploys a configuration that misses the SLO unasked.
+    write_on_slo_miss: bool = False
 
     def __post_init__(self) -> None:
         if self.optimize.budget is None:
@@ -259,7 +262,7 @@ def tune_settings_from(*, slo_p99_ms: float, max_accuracy_drop: str | float,
                        batch_sizes: Sequence[int] | None = None,
                        threads: Sequence[int] | None = None, name: str | None = None,
                        prune: float | None = None, prune_epochs: int | None = None,
-                       **data: Any) -> TuneSettings:
+                       write_on_slo_miss: bool = False, **data: Any) -> TuneSettings:
     """Tune settings from the API keywords of ``tune``; None keeps a default. ``data``
     takes the data keywords of ``settings_from`` (``calib_images``, ``image_prep``,
     ``synthetic_calib``, ``eval_data``, ``metric``)."""
@@ -270,7 +273,8 @@ def tune_settings_from(*, slo_p99_ms: float, max_accuracy_drop: str | float,
         slo_p99_ms=float(slo_p99_ms), optimize=optimize, engines=tuple(engines or ()),
         threads=tuple(threads or ()),
         batch_sizes=BATCH_SIZES if batch_sizes is None else tuple(batch_sizes), name=name,
-        prune=None if prune is None else PruneRequest(float(prune), prune_epochs))
+        prune=None if prune is None else PruneRequest(float(prune), prune_epochs),
+        write_on_slo_miss=write_on_slo_miss)
 
 
 def settings_from(variants: Sequence[str] | None = None, **fields: Any) -> OptimizeSettings:

@@ -48,11 +48,19 @@ class TuneReport:
         if best is None:
             notes.append("no servable candidate ran: nothing was written")
         elif not best.eligible:
-            notes.append(f"no candidate meets the p99 SLO of {self.settings.slo_p99_ms:g} ms; "
-                         f"the lowest-latency one was written ({best.candidate.label})")
+            notes.append(self._slo_miss_note(best))
         elif best.candidate.variant_name == "fp32":
             notes.append("the FP32 model is the best configuration within the budget")
         return notes
+
+    def _slo_miss_note(self, best: Measured) -> str:
+        slo = self.settings.slo_p99_ms
+        p99 = best.plan.p99_ms if best.plan is not None else float("nan")
+        written = ("it was written as asked" if self.entry is not None
+                   else "nothing was written (--write-on-slo-miss writes it)")
+        return (f"no candidate meets the p99 SLO of {slo:g} ms: the lowest-latency one, "
+                f"{best.candidate.label}, has p99 {p99:.3g} ms ({p99 - slo:.3g} ms over); "
+                + written)
 
     def budget(self) -> dict[str, Any]:
         """The budget as numbers, with the worst metric it allows (``floor``)."""

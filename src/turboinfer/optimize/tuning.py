@@ -73,7 +73,9 @@ def run_tune(model: ModelRef, repo: Path, settings: TuneSettings,
     decision = choose(measured)
     measured = annotate(measured, decision)
     chosen = None if decision is None else decision.chosen
-    entry = write_entry_for(Path(repo), name, measured[chosen]) if chosen is not None else None
+    entry = None
+    if chosen is not None and (measured[chosen].eligible or settings.write_on_slo_miss):
+        entry = write_entry_for(Path(repo), name, measured[chosen])
     tuned = TuneReport(model=resolved.name, name=name, settings=settings,
                        candidates=tuple(measured), chosen=chosen, entry=entry,
                        optimize=report, work=work,
