@@ -12,19 +12,17 @@ responses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
-import socket
 import sys
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 
 from turboinfer.errors import ConfigError
+from turboinfer.listening import QuietUvicorn, listen, stop_on_signals
 from turboinfer.models.zoo import names as zoo_names
 from turboinfer.serve.app import create_app
 from turboinfer.serve.core import ModelControl, ServerCore, ServerSettings
@@ -43,14 +41,6 @@ class Bound:
     host: str
     http_port: int
     grpc_port: int | None
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: the drain below owns SIGTERM."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
 
 
 def _sources(settings: ServerSettings) -> dict[str, ModelSource]:
@@ -75,19 +65,6 @@ def build_core(settings: ServerSettings) -> ServerCore:
     return ServerCore(settings, repository, metrics)
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
 def _uvicorn_config(core: ServerCore) -> uvicorn.Config:
     return uvicorn.Config(
         create_app(core), log_level="warning", access_log=False, lifespan="off",
@@ -109,9 +86,9 @@ async def serve(settings: ServerSettings, on_ready: Callable[[Bound], None] | No
     """Serve until ``stop`` is set or a SIGTERM/SIGINT arrives (main thread only)."""
     core = build_core(settings)
     stop = stop or asyncio.Event()
-    _install_signals(stop)
-    sock = _listen(settings.host, settings.http_port)
-    http = _Uvicorn(_uvicorn_config(core))
+    stop_on_signals(stop)
+    sock = listen(settings.host, settings.http_port)
+    http = QuietUvicorn(_uvicorn_config(core))
     http_task = asyncio.create_task(http.serve(sockets=[sock]))
     grpc_server, grpc_port = None, None
     if settings.grpc_port is not None:
@@ -159,7 +136,7 @@ async def _wait_for(stop: asyncio.Event, http_task: asyncio.Task[None]) -> None:
     stopper.cancel()
 
 
-async def _shutdown(core: ServerCore, http: _Uvicorn, http_task: asyncio.Task[None],
+async def _shutdown(core: ServerCore, http: QuietUvicorn, http_task: asyncio.Task[None],
                     grpc_server: Any, background: list[asyncio.Task[None]]) -> None:
     for task in background:
         task.cancel()
@@ -181,13 +158,6 @@ async def _poll(core: ServerCore) -> None:
             await core.repository.poll_once()
         except Exception:  # a broken repository must not stop the poller
             log.exception("repository poll failed")
-
-
-def _install_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
 
 
 def run(settings: ServerSettings, on_ready: Callable[[Bound], None] | None = None) -> None:

@@ -9,17 +9,14 @@ SIGTERM/SIGINT stop accepting, let uvicorn close the connections (streams in fli
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
-import socket
 import sys
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
 
-from turboinfer.errors import ConfigError
+from turboinfer.listening import QuietUvicorn, listen, stop_on_signals
 from turboinfer.llm.api import LLM
 from turboinfer.llm.server.app import create_app
 from turboinfer.llm.server.chat import ChatTemplate
@@ -39,14 +36,6 @@ class Bound:
     model_name: str
 
 
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: ``serve`` below owns SIGTERM/SIGINT."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 def build_state(llm: LLM, settings: ServerSettings, model_dir: Path,
                 loop: asyncio.AbstractEventLoop) -> ServerState:
     engine = llm.engine
@@ -60,19 +49,6 @@ def build_state(llm: LLM, settings: ServerSettings, model_dir: Path,
         max_num_seqs=engine.config.max_num_seqs)
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
 async def serve(llm: LLM, settings: ServerSettings, model_dir: Path,
                 on_ready: Callable[[Bound], None] | None = None,
                 stop: asyncio.Event | None = None) -> None:
@@ -83,12 +59,12 @@ async def serve(llm: LLM, settings: ServerSettings, model_dir: Path,
     # of a small model added to every first token. 0.5 ms bounds that wait.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     stop = stop or asyncio.Event()
-    _install_signals(stop)
-    sock = _listen(settings.host, settings.port)
+    stop_on_signals(stop)
+    sock = listen(settings.host, settings.port)
     config = uvicorn.Config(create_app(state), log_level="warning", access_log=False,
                             lifespan="off", loop="none", timeout_graceful_shutdown=5,
                             timeout_keep_alive=30, proxy_headers=False, server_header=False)
-    http = _Uvicorn(config)
+    http = QuietUvicorn(config)
     state.loop.start()
     http_task = asyncio.create_task(http.serve(sockets=[sock]))
     try:
@@ -101,13 +77,6 @@ async def serve(llm: LLM, settings: ServerSettings, model_dir: Path,
         http.should_exit = True
         await asyncio.gather(http_task, return_exceptions=True)
         state.loop.stop()
-
-
-def _install_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
 
 
 def run(llm: LLM, settings: ServerSettings, model_dir: Path,
