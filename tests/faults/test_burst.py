@@ -7,17 +7,15 @@ answered normally. Prints requests sent / answered / failed and RSS before / pea
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import orjson
 import psutil
 import pytest
+from fault_helpers import serve_fixtures
 
 from turboinfer.serve.config import (
     DynamicBatching,
@@ -26,19 +24,7 @@ from turboinfer.serve.config import (
     write_entry,
 )
 
-
-def _module(name: str, path: Path) -> ModuleType:
-    """A module of tests/serve by path: its name ``conftest`` is taken here."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_fixtures = _module("serve_fixtures", Path(__file__).parents[1] / "serve" / "conftest.py")
-start_server, make_slow_onnx = _fixtures.start_server, _fixtures.make_slow_onnx
+start_server, make_slow_onnx = serve_fixtures.start_server, serve_fixtures.make_slow_onnx
 
 WIDTH, DEPTH = 1024, 192
 # One single-threaded instance of a model that takes milliseconds per row: the server's

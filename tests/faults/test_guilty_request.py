@@ -5,32 +5,18 @@ Prints requests sent / answered / failed and the server's RSS before / peak / af
 from __future__ import annotations
 
 import http.client
-import importlib.util
-import sys
 import threading
 from pathlib import Path
-from types import ModuleType
 
 import orjson
 import psutil
 import pytest
+from fault_helpers import serve_fixtures, serve_module
 
 from turboinfer.serve.config import DynamicBatching, ModelConfig, write_entry
 
-
-def _module(name: str, path: Path) -> ModuleType:
-    """A module of tests/serve by path: its name ``conftest`` is taken here."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_SERVE = Path(__file__).parents[1] / "serve"
-start_server = _module("serve_fixtures", _SERVE / "conftest.py").start_server
-_gather = _module("serve_gather", _SERVE / "test_batch_isolation.py")
+start_server = serve_fixtures.start_server
+_gather = serve_module("serve_gather", "test_batch_isolation.py")
 VOCAB, ids_request, make_gather_onnx = _gather.VOCAB, _gather.ids_request, _gather.make_gather_onnx
 
 CLIENTS, PER_CLIENT = 4, 150

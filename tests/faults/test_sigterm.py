@@ -8,19 +8,17 @@ before / peak / after."""
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import orjson
 import psutil
 import pytest
+from fault_helpers import serve_fixtures
 
 from turboinfer.serve.config import (
     DynamicBatching,
@@ -33,18 +31,7 @@ if TYPE_CHECKING:
     from conftest import Server
 
 
-def _module(name: str, path: Path) -> ModuleType:
-    """A module of tests/serve by path: its name ``conftest`` is taken here."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_fixtures = _module("serve_fixtures", Path(__file__).parents[1] / "serve" / "conftest.py")
-start_server, make_slow_onnx = _fixtures.start_server, _fixtures.make_slow_onnx
+start_server, make_slow_onnx = serve_fixtures.start_server, serve_fixtures.make_slow_onnx
 
 # About 5 ms per row on one thread: a request of LONG_ROWS rows runs for about a second,
 # and the short requests queue behind it on the one instance, so both are in flight

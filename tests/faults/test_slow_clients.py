@@ -6,34 +6,20 @@ Prints requests sent / answered / failed and RSS before / peak / after."""
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import socket
-import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import orjson
 import psutil
 import pytest
+from fault_helpers import serve_fixtures
 
 from turboinfer.serve.config import DynamicBatching, ModelConfig, write_entry
 
-
-def _module(name: str, path: Path) -> ModuleType:
-    """A module of tests/serve by path: its name ``conftest`` is taken here."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_fixtures = _module("serve_fixtures", Path(__file__).parents[1] / "serve" / "conftest.py")
-start_server, make_affine_onnx = _fixtures.start_server, _fixtures.make_affine_onnx
+start_server, make_affine_onnx = serve_fixtures.start_server, serve_fixtures.make_affine_onnx
 
 CONFIG = ModelConfig(max_batch_size=8,
                      dynamic_batching=DynamicBatching(max_queue_delay_ms=2.0))
