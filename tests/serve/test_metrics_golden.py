@@ -3,16 +3,13 @@ Grafana dashboard checked against Grafana's dashboard model and the real /metric
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import jsonschema
-import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dashboards import exported_names, load_dashboard, used_names
 from turboinfer.models import resolve_model
 from turboinfer.serve.metrics import weight_bytes
 
@@ -21,14 +18,8 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.slow  # the first run trains and exports digits-cnn
 
-ROOT = Path(__file__).resolve().parents[2]
-DASHBOARDS = ROOT / "deploy" / "grafana"
-SCHEMA = ROOT / "tests" / "data" / "grafana-dashboard.schema.json"
 MODEL = "digits-cnn"
 REQUESTS = 12
-# A metric name in PromQL: our prefix, then name characters (label names are not
-# prefixed, functions and keywords are not ours).
-METRIC_NAME = re.compile(r"\bturboinfer_[a-zA-Z0-9_:]*")
 
 
 @pytest.fixture(scope="module")
@@ -85,29 +76,6 @@ def test_golden_metrics_are_exported_with_consistent_values(scraped: str) -> Non
 def test_failures_keep_their_reason(scraped: str) -> None:
     assert ('turboinfer_request_failure_total{model="digits-cnn",reason="invalid_input",'
             'version="1"} 1.0') in scraped
-
-
-def load_dashboard(name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = orjson.loads((DASHBOARDS / name).read_bytes())
-    jsonschema.validate(doc, orjson.loads(SCHEMA.read_bytes()))
-    return doc
-
-
-def exported_names(text: str) -> set[str]:
-    """Every sample name in a /metrics page, and every declared family's sample names."""
-    names = set()
-    for family in text_string_to_metric_families(text):
-        names.add(family.name)
-        names.update(s.name for s in family.samples)
-        if family.type == "counter":
-            names.add(f"{family.name}_total")
-    return names
-
-
-def used_names(dashboard: dict[str, Any]) -> set[str]:
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    exprs += [v.get("query", "") for v in dashboard["templating"]["list"]]
-    return {name for expr in exprs for name in METRIC_NAME.findall(expr)}
 
 
 @pytest.mark.parametrize("name", ["turboinfer-server.json", "turboinfer-llm-server.json"])
