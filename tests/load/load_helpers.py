@@ -8,11 +8,7 @@ or leak memory, so the load tool's verdicts can be checked against known behavio
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +24,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from real_server import RealServer, serve_repository
 
 MODEL = "linear"
 METADATA = {
@@ -252,13 +250,6 @@ def dead_url() -> str:
 
 
 
-@dataclass
-class RealServer:
-    process: subprocess.Popen[str]
-    http_url: str
-    grpc_url: str
-
-
 @pytest.fixture(scope="module")
 def real_server(linear_onnx: Path, tmp_path_factory: pytest.TempPathFactory
                 ) -> Iterator[RealServer]:
@@ -268,37 +259,5 @@ def real_server(linear_onnx: Path, tmp_path_factory: pytest.TempPathFactory
     repo = tmp_path_factory.mktemp("load-repo")
     write_entry(repo, MODEL, linear_onnx, ModelConfig(
         max_batch_size=MAX_BATCH, dynamic_batching=DynamicBatching(max_queue_delay_ms=1.0)))
-    log = (tmp_path_factory.mktemp("load-log") / "serve.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "turboinfer", "serve", str(repo), "--http-port", "0",
-         "--grpc-port", "0", "--model-control", "none"],
-        stdout=subprocess.PIPE, stderr=log, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    log.close()
-    try:
-        line = _ready_line(process, timeout_s=120)
-        fields = dict(part.split("=", 1) for part in line.split()[2:])
-        yield RealServer(process, f"http://{fields['http']}", fields["grpc"])
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-
-
-def _ready_line(process: subprocess.Popen[str], *, timeout_s: float) -> str:
-    """The server's "turboinfer serving http=... grpc=..." line, read without hanging."""
-    lines: list[str] = []
-    assert process.stdout is not None
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()),  # type: ignore[union-attr]
-                              daemon=True)
-    reader.start()
-    reader.join(timeout_s)
-    line = lines[0].strip() if lines else ""
-    if not line.startswith("turboinfer serving"):
-        process.kill()
-        raise RuntimeError(f"turboinfer serve did not start: {line!r}")
-    return line
+    with serve_repository(repo, tmp_path_factory.mktemp("load-log") / "serve.log") as server:
+        yield server
