@@ -29,6 +29,18 @@ version folders, each holding the model file::
     canary: null                 # or {version: 3, percent: 10}: that share of requests
                                  # naming no version goes to version 3, the rest to the
                                  # newest other served version (the policy must serve both)
+    autoscaling:                 # instances added and removed while serving
+      enabled: false
+      min_instances: 1
+      max_instances: null        # null: as many as the usable cores allow at one
+                                 # intra-op thread each (cgroup quota included)
+      scale_up_cpu_utilization: 0.70  # add one when the instances' busy share stays
+      scale_up_window_s: 10.0         # above this for the whole window
+      scale_down_rate_qps: 5.0        # remove one when the request rate stays under
+      scale_down_window_s: 30.0       # this for the whole window
+      cooldown_s: 30.0           # no decision for this long after a scale event
+    idle_unload_s: null          # unload the model after this many seconds without a
+                                 # request; the next request reloads it and waits
 
 Validation happens once, here, at the edge; the rest of the code takes the frozen result.
 """
@@ -98,6 +110,27 @@ class Canary(_Strict):
     percent: float = Field(gt=0, lt=100)
 
 
+class AutoscalingConfig(_Strict):
+    """Per-model instance autoscaling inside one server (and the replica bounds that the
+    Ray Serve and KServe deployments derive from it)."""
+
+    enabled: bool = False
+    min_instances: int = Field(default=1, ge=1)
+    max_instances: int | None = Field(default=None, ge=1)  # None: the usable cores
+    scale_up_cpu_utilization: float = Field(default=0.70, gt=0, le=1)
+    scale_up_window_s: float = Field(default=10.0, gt=0)
+    scale_down_rate_qps: float = Field(default=5.0, ge=0)
+    scale_down_window_s: float = Field(default=30.0, gt=0)
+    cooldown_s: float = Field(default=30.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingConfig:
+        if self.max_instances is not None and self.max_instances < self.min_instances:
+            raise ValueError(f"max_instances ({self.max_instances}) is below "
+                             f"min_instances ({self.min_instances})")
+        return self
+
+
 class ModelConfig(_Strict):
     engine: Literal["onnxruntime", "openvino"] = "onnxruntime"
     max_batch_size: int = Field(default=0, ge=0)
@@ -107,6 +140,8 @@ class ModelConfig(_Strict):
     version_policy: VersionPolicy = VersionPolicy()
     model_file: str = "model.onnx"
     canary: Canary | None = None
+    autoscaling: AutoscalingConfig = AutoscalingConfig()
+    idle_unload_s: float | None = Field(default=None, gt=0)
 
     @property
     def batching(self) -> bool:
