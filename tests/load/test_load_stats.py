@@ -31,6 +31,22 @@ def test_percentiles_agree_with_numpy_within_hdr_precision() -> None:
     assert summary.max_ms == pytest.approx(max(values), rel=1e-3)
 
 
+
+@pytest.mark.parametrize("scale_us", [3, 900, 40_000, 7_000_000])
+def test_summary_is_exactly_what_hdrh_itself_reports(scale_us: int) -> None:
+    """The numpy summary (hdrh's pure-Python walk blocked the open loop) gives hdrh's
+    own mean and percentiles, bucket rules included."""
+    rec = Recorder(0)
+    for us in np.random.default_rng(scale_us).exponential(scale_us, 3000).astype(int) + 1:
+        rec.histogram.record_value(int(us))
+    histogram = rec.histogram
+    summary = summarize(histogram)
+    expected = histogram.get_percentile_to_value_dict([50.0, 90.0, 95.0, 99.0, 99.9])
+    assert [summary.p50_ms, summary.p90_ms, summary.p95_ms, summary.p99_ms,
+            summary.p999_ms] == [expected[p] / 1000 for p in (50.0, 90.0, 95.0, 99.0, 99.9)]
+    assert summary.mean_ms == pytest.approx(histogram.get_mean_value() / 1000, rel=1e-12)
+    assert summary.max_ms == histogram.get_max_value() / 1000
+
 def test_empty_summary_is_zero_not_an_error() -> None:
     assert summarize(Recorder().histogram).count == 0
 
