@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from turboinfer.errors import ConfigError, ModelLoadError
+from turboinfer.llm.moe_config import MoEConfig, moe_from_hf
 
 # The three Hugging Face layouts this decoder reproduces. They differ only in whether
 # q/k/v projections carry a bias (Qwen2) and in default rope/window settings.
@@ -19,6 +20,10 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    # Mixture-of-experts variants (llm/moe.py): the same attention, an expert block
+    # in place of the MLP.
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
 }
 
 
@@ -41,6 +46,7 @@ class ModelConfig:
     architecture: str = "llama"
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    moe: MoEConfig | None = None
 
     def __post_init__(self) -> None:
         if self.num_attention_heads % self.num_key_value_heads:
@@ -63,7 +69,8 @@ class ModelConfig:
                 f"{source}: unsupported architecture {archs or data.get('model_type')!r}; "
                 f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
-        if data.get("rope_scaling"):
+        if data.get("rope_scaling") or (data.get("rope_parameters") or {}).get(
+                "rope_type", "default") != "default":
             raise ModelLoadError(f"{source}: rope_scaling is not supported")
         try:
             heads = int(data["num_attention_heads"])
@@ -80,13 +87,18 @@ class ModelConfig:
                 head_dim=int(data.get("head_dim") or hidden // heads),
                 max_position_embeddings=int(data.get("max_position_embeddings", 2048)),
                 rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
-                rope_theta=float(data.get("rope_theta", 10000.0)),
+                # transformers 5 writes rope_theta inside rope_parameters.
+                rope_theta=float(data.get("rope_theta")
+                                 or (data.get("rope_parameters") or {}).get("rope_theta")
+                                 or 10000.0),
                 tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
                 # Qwen2 always has q/k/v biases; Llama exposes it as a flag.
-                attention_bias=arch == "qwen2" or bool(data.get("attention_bias", False)),
+                attention_bias=(arch == "qwen2" or bool(data.get("attention_bias", False))
+                                or (arch == "qwen2_moe" and bool(data.get("qkv_bias", True)))),
                 architecture=arch,
                 bos_token_id=data.get("bos_token_id"),
                 eos_token_ids=tuple(int(e) for e in eos_ids),
+                moe=moe_from_hf(data, arch),
             )
         except KeyError as exc:
             raise ModelLoadError(f"{source}: missing key {exc.args[0]!r}") from None

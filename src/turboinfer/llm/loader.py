@@ -17,6 +17,8 @@ from safetensors.torch import load_file, save_file
 from turboinfer.errors import ModelLoadError, UnknownModelError
 from turboinfer.llm.config import ModelConfig
 from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.moe import build_model
+from turboinfer.llm.moe_weights import fuse_moe_weights
 
 _FUSED = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -57,6 +59,8 @@ def hf_to_fused(hf: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, t
         if "rotary_emb" in name:
             continue
         out[name] = value
+    if config.moe is not None:
+        out = fuse_moe_weights(out)
     for i in range(config.num_hidden_layers):
         for fused, parts in _FUSED.items():
             for kind in ("weight", "bias"):
@@ -103,7 +107,7 @@ def load_model(folder: Path, *, dtype: torch.dtype = torch.float32) -> LlamaMode
         raise UnknownModelError(f"{folder}: no such model folder")
     config = ModelConfig.from_file(folder / "config.json")
     state = hf_to_fused(read_state_dict(folder), config)
-    model = LlamaModel(config)
+    model = build_model(config)
     expected = set(model.state_dict())
     if config.tie_word_embeddings:
         expected.discard("lm_head.weight")
