@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turboinfer.hardware.cgroup import parse_proc_cgroup
-from turboinfer.hardware.sysfs import online_cpus, read_governor
+from turboinfer.hardware.sysfs import online_cpus, read_boost, read_governor
 
 
 def parse_proc_stat_cpu(text: str) -> tuple[int, int] | None:
@@ -95,6 +95,7 @@ class Clocks:
     governor: str | None
     cur_khz: int | None
     max_khz: int | None
+    boost: bool | None = None   # turbo allowed: the clock then follows load and heat
 
 
 def read_clocks(root: Path = Path("/")) -> Clocks:
@@ -106,7 +107,7 @@ def read_clocks(root: Path = Path("/")) -> Clocks:
         return int(text) if text and text.strip().isdigit() else None
 
     return Clocks(read_governor(cpus), khz("scaling_cur_freq"),
-                  khz("cpuinfo_max_freq") or khz("scaling_max_freq"))
+                  khz("cpuinfo_max_freq") or khz("scaling_max_freq"), read_boost(cpus))
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,18 @@ import orjson
 
 from turboinfer.errors import InvalidInputError
 from turboinfer.load.endpoint import Endpoint
-from turboinfer.load.metrics import FAILURE, SUCCESS, Snapshot, parse, server_side
+from turboinfer.load.metrics import CPU_SECONDS, FAILURE, SUCCESS, Snapshot, parse, server_side
 from turboinfer.serve.metrics import PREFIX
 
 REQUEST = f"{PREFIX}_request_duration_seconds"
 QUEUE = f"{PREFIX}_queue_duration_seconds"
 COMPUTE = f"{PREFIX}_compute_duration_seconds"
 PENDING = (f"{PREFIX}_pending_requests", "nv_inference_pending_request_count")
+CPU_WAIT = (f"{PREFIX}_cpu_wait_seconds",)
+USABLE_CORES = (f"{PREFIX}_usable_cores",)
+GPU_UTILISATION = f"{PREFIX}_gpu_utilisation_ratio"
+GPU_USED = f"{PREFIX}_gpu_memory_used_bytes"
+GPU_TOTAL = f"{PREFIX}_gpu_memory_total_bytes"
 TIMEOUT_S = 5.0
 
 
@@ -34,6 +39,18 @@ class Percentiles:
     p50_ms: float
     p99_ms: float
     mean_ms: float
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """One GPU over the window, from the server's per-second scrapes."""
+
+    gpu: str
+    name: str
+    utilisation: float          # mean of the scraped values, 0..1
+    memory_used_bytes: float    # the most seen in use
+    memory_total_bytes: float
+    samples: int
 
 
 @dataclass(frozen=True)
@@ -57,9 +74,16 @@ class ServerWindow:
     # Failed requests in the window by the server's reason label (turboinfer's
     # rejected / invalid_input / backend, Triton's REJECTED / BACKEND / OTHER).
     failure_reasons: dict[str, float] = field(default_factory=dict)
+    # The server process's CPU seconds in the window and the seconds its threads waited
+    # for a CPU (None when its /metrics has no such counter), and its usable cores.
+    cpu_seconds: float | None = None
+    cpu_wait_seconds: float | None = None
+    usable_cores: float | None = None
+    gpus: tuple[GpuUse, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (vars(v) if isinstance(v, Percentiles) else v) for k, v in vars(self).items()}
+        return {k: (vars(v) if isinstance(v, Percentiles) else
+                    [vars(g) for g in v] if k == "gpus" else v) for k, v in vars(self).items()}
 
 
 def fetch(url: str) -> bytes:
@@ -92,12 +116,15 @@ def observe(url: str, *, model: str | None, seconds: float) -> ServerWindow:
     base = Endpoint.parse(url).url
     start = scrape(base)
     pending: list[float] = []
+    scrapes = [start]
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(1.0, left))
         end = scrape(base)
+        scrapes.append(end)
         pending.append(_gauge(end, PENDING, model or busiest_model(end)))
     end = scrape(base)
+    scrapes.append(end)
     model = model or busiest_model(end)
     config = _config(base, model)
     max_batch = int(config.get("max_batch_size", 0))
@@ -113,7 +140,35 @@ def observe(url: str, *, model: str | None, seconds: float) -> ServerWindow:
         avg_batch=side.avg_batch_size, max_batch_size=max_batch,
         batch_efficiency=side.batch_efficiency, max_pending=max(pending, default=None),
         cpu_cores=side.cpu_cores, instances=int(groups[0].get("count", 1)),
-        failure_reasons=failure_reasons(start, end, model))
+        failure_reasons=failure_reasons(start, end, model),
+        cpu_seconds=_delta(start, end, CPU_SECONDS), cpu_wait_seconds=_delta(start, end, CPU_WAIT),
+        usable_cores=end.total(USABLE_CORES, model), gpus=gpu_use(scrapes))
+
+
+def _delta(start: Snapshot, end: Snapshot, names: tuple[str, ...]) -> float | None:
+    """A process-wide counter's growth over the window (no model label)."""
+    after = end.total(names, "")
+    return None if after is None else after - (start.total(names, "") or 0.0)
+
+
+def gpu_use(scrapes: list[Snapshot]) -> tuple[GpuUse, ...]:
+    """Each GPU's mean utilisation and peak memory over the scrapes that name it."""
+    seen: dict[str, dict[str, list[float]]] = {}
+    names: dict[str, str] = {}
+    for snapshot in scrapes:
+        for s in snapshot.samples:
+            gpu = s.label("gpu")
+            if gpu is not None and s.name in (GPU_UTILISATION, GPU_USED, GPU_TOTAL):
+                seen.setdefault(gpu, {}).setdefault(s.name, []).append(s.value)
+                names[gpu] = s.label("name") or f"GPU {gpu}"
+    out = []
+    for gpu, series in sorted(seen.items()):
+        used, total = series.get(GPU_USED, [0.0]), series.get(GPU_TOTAL, [0.0])
+        utilisation = series.get(GPU_UTILISATION, [])
+        if utilisation:
+            out.append(GpuUse(gpu, names[gpu], sum(utilisation) / len(utilisation),
+                              max(used), max(total), len(utilisation)))
+    return tuple(out)
 
 
 def failure_reasons(start: Snapshot, end: Snapshot, model: str) -> dict[str, float]:

@@ -10,6 +10,7 @@ import importlib
 import logging
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from turboinfer.hardware.model import GpuProfile
@@ -84,3 +85,59 @@ def _text(value: str | bytes) -> str:
 def _cuda_version(encoded: int) -> str:
     """NVML's 12040 -> "12.4"."""
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
+
+
+GPU_EXTRA = "pip install 'turboinfer[gpu]'"
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one moment. ``utilisation`` is NVML's ``utilization.gpu`` as a share:
+    the part of the last sample period (1/6 s to 1 s by GPU) in which at least one kernel
+    ran, the figure nvidia-smi shows as GPU-Util and ``dmon`` as "sm"."""
+
+    index: int
+    name: str
+    utilisation: float           # 0..1
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+class GpuSampler:
+    """NVML opened once, read on demand (a server's scrape, a doctor window). ``note``
+    says why there is nothing to read: no package, no driver, no GPU."""
+
+    def __init__(self, nvml: Any | None = None) -> None:
+        self._nvml: Any = nvml if nvml is not None else import_nvml()
+        self._gpus: list[tuple[int, Any, str]] = []
+        self.note: str | None = None
+        if self._nvml is None:
+            self.note = f"NVML not available: nvidia-ml-py is not installed ({GPU_EXTRA})"
+            return
+        try:
+            self._nvml.nvmlInit()
+        except Exception as exc:  # NVMLError: no driver, library not found
+            self.note, self._nvml = f"NVML did not start: {exc}", None
+            return
+        for index in range(_optional(self._nvml.nvmlDeviceGetCount) or 0):
+            handle = self._query(self._nvml.nvmlDeviceGetHandleByIndex, index)
+            if handle is not None:
+                name = self._query(self._nvml.nvmlDeviceGetName, handle)
+                self._gpus.append((index, handle, _text(name) if name else f"GPU {index}"))
+        if not self._gpus:
+            self.note = "NVML found no GPU"
+
+    def sample(self) -> tuple[GpuSample, ...]:
+        """Every GPU's utilisation and memory now; a GPU whose query fails is left out."""
+        out = []
+        for index, handle, name in self._gpus:
+            rates = self._query(self._nvml.nvmlDeviceGetUtilizationRates, handle)
+            memory = self._query(self._nvml.nvmlDeviceGetMemoryInfo, handle)
+            if rates is not None and memory is not None:
+                out.append(GpuSample(index, name, float(rates.gpu) / 100.0,
+                                     int(memory.used), int(memory.total)))
+        return tuple(out)
+
+    @staticmethod
+    def _query(call: Callable[[Any], Any], argument: Any) -> Any | None:
+        return _optional(lambda: call(argument))

@@ -74,3 +74,15 @@ def _caches(root: Path, cpus: list[int]) -> dict[str, CacheLevel]:
 def read_governor(root: Path = SYS_CPU) -> str | None:
     """cpu0's cpufreq governor ("performance", "powersave"...); None in most VMs."""
     return _read(root / "cpu0" / "cpufreq" / "scaling_governor") or None
+
+
+def read_boost(root: Path = SYS_CPU) -> bool | None:
+    """Whether the CPU may clock above its base (turbo): acpi-cpufreq's ``cpufreq/boost``,
+    or intel_pstate's ``no_turbo`` (inverted). None where neither is exposed."""
+    boost = _read(root / "cpufreq" / "boost")
+    if boost in ("0", "1"):
+        return boost == "1"
+    no_turbo = _read(root / "intel_pstate" / "no_turbo")
+    if no_turbo in ("0", "1"):
+        return no_turbo == "0"
+    return None

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from turboinfer.doctor.findings import Finding, Outcome, Rule, Severity
 from turboinfer.doctor.inputs import Inputs
+from turboinfer.doctor.rules.latency import MIN_REQUESTS
+from turboinfer.doctor.server import ServerWindow
 
 LOW_EFFICIENCY = 0.5       # average batch / max batch
 CLIENT_CPU = 0.9           # of one core: the load generator is saturated
 SEND_LAG_MS = 5.0          # an open loop's p99 lateness
 IDLE_QUEUE_SHARE = 0.1     # queue under this share of server time: nothing waits
+BUSY_SHARE = 0.3           # of the window's instance time spent on requests
 
 
 def batch_efficiency(inputs: Inputs) -> Outcome:
@@ -29,8 +34,15 @@ def batch_efficiency(inputs: Inputs) -> Outcome:
 
 
 def client_bound(inputs: Inputs) -> Outcome:
-    report = inputs.load
-    assert report is not None
+    """The client sets the pace: seen from the load report (its CPU, its lateness) or
+    from the server's window (mostly idle, nothing queued)."""
+    found = _client_saturated(inputs.load) if inputs.load is not None else None
+    if found is None and inputs.server is not None:
+        found = _server_waits(inputs.server)
+    return found
+
+
+def _client_saturated(report: dict[str, Any]) -> Outcome:
     for run in report.get("runs", []):
         cpu, lag = run.get("client_cpu", 0.0), run.get("send_lag_p99_ms")
         server = run.get("server") or {}
@@ -52,7 +64,32 @@ def client_bound(inputs: Inputs) -> Outcome:
     return None
 
 
+def _server_waits(server: ServerWindow) -> Outcome:
+    """Low utilisation with an empty queue: every request is served at once and the
+    server then waits for the next. Whoever sends them (one slow client, pre-processing
+    on the request path) is what limits the throughput."""
+    request = server.request.mean_ms if server.request else server.compute_mean_ms
+    if request is None or server.requests < MIN_REQUESTS or server.seconds <= 0:
+        return None
+    busy = server.requests * request / 1e3 / (server.seconds * max(1, server.instances))
+    queue, pending = server.queue_mean_ms or 0.0, server.max_pending or 0.0
+    if busy >= BUSY_SHARE or queue > IDLE_QUEUE_SHARE * request or pending > 1:
+        return None
+    rate = server.requests / server.seconds
+    return Finding(
+        rule="client_bound", severity=Severity.INFO,
+        symptom=f"{server.model}: {rate:.1f} requests/s kept the server busy {busy:.0%} "
+                f"of {server.seconds:.0f} s",
+        cause="the server waits for work: the client (or its pre-processing) sets the pace",
+        evidence=f"{request:.2f} ms per request in the server, one every "
+                 f"{1e3 / rate:.1f} ms; queue {queue:.2f} ms, at most {pending:g} pending; "
+                 f"the server used {server.cpu_cores or 0:.2f} cores",
+        fix=f"send more at once: turboinfer load {server.url} --model {server.model} "
+            "--scenario concurrency --concurrency 1,4,16 shows what the server takes; "
+            "move pre-processing off the request path or run more client processes")
+
+
 RULES = (
     Rule("batch_efficiency", frozenset({"server"}), batch_efficiency, "batching"),
-    Rule("client_bound", frozenset({"load"}), client_bound, "batching"),
+    Rule("client_bound", frozenset({"load", "server"}), client_bound, "batching"),
 )

@@ -1,4 +1,5 @@
-"""The CPU under the model: clocks, quota throttling, steal, pressure, thread counts."""
+"""The CPU under the model: clocks, quota throttling, steal, pressure, contention from
+other processes, thread counts."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from turboinfer.doctor.findings import Finding, Outcome, Rule, Severity, Skip
 from turboinfer.doctor.inputs import Inputs
-from turboinfer.doctor.machine import MachineWindow
+from turboinfer.doctor.machine import Clocks, MachineWindow
 
 SLOW_GOVERNORS = ("powersave", "ondemand", "conservative", "schedutil")
 CLOCK_SHARE = 0.8          # running below this share of the max clock
@@ -14,6 +15,11 @@ THROTTLED_SHARE = 0.05     # of CFS periods
 STEAL_SHARE = 0.05         # of all CPU time
 CPU_PRESSURE = 20.0        # PSI cpu "some" avg10, percent of wall time
 GOVERNOR_FIX = "sudo cpupower frequency-set -g performance"
+BOOST_FIX = "echo 0 | sudo tee /sys/devices/system/cpu/cpufreq/boost"
+JITTER = 1.5               # p99 / p50 of one input run again and again
+MIN_SAME_INPUT_RUNS = 20   # fewer runs say nothing about their spread
+WAIT_PER_CPU_SECOND = 0.25  # seconds a server's threads waited for a CPU per second run
+MIN_CPU_SECONDS = 0.2      # a server that ran less than this in a window says nothing
 
 
 def _machine(inputs: Inputs) -> MachineWindow:
@@ -21,24 +27,63 @@ def _machine(inputs: Inputs) -> MachineWindow:
     return inputs.machine
 
 
-def frequency_scaling(inputs: Inputs) -> Outcome:
-    clocks = _machine(inputs).clocks
-    if clocks.governor is None:
-        return Skip("frequency_scaling", "cpufreq governor not readable here "
-                                         "(no /sys/devices/system/cpu/cpu0/cpufreq; usual in VMs)")
-    slow = clocks.governor in SLOW_GOVERNORS
-    cur, top = clocks.cur_khz, clocks.max_khz
-    ratio = cur / top if cur and top else None
-    if not slow and (ratio is None or ratio >= CLOCK_SHARE):
+def same_input_spread(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The bench row that ran one input the most times at the smallest batch: bench feeds
+    the same tensors to every run, so its spread is the machine's, not the data's."""
+    rows = [r for r in (report or {}).get("results", [])
+            if r.get("runs", 0) >= MIN_SAME_INPUT_RUNS and r.get("p50_ms", 0) > 0]
+    if not rows:
         return None
-    clock = ("clock not readable" if not cur or not top or ratio is None else
-             f"cpu0 at {cur / 1e3:.0f} MHz of {top / 1e3:.0f} MHz ({ratio:.0%})")
-    return Finding(
-        rule="frequency_scaling", severity=Severity.WARNING,
-        symptom=f"governor {clocks.governor!r}; {clock}",
-        cause="the CPU clock scales with load, so the same input runs at varying speed",
-        evidence=f"scaling_governor={clocks.governor}, {clock}",
-        fix=GOVERNOR_FIX)
+    smallest = min(r["batch_size"] for r in rows)
+    return max((r for r in rows if r["batch_size"] == smallest), key=lambda r: r["runs"])
+
+
+def _spread_text(row: dict[str, Any]) -> str:
+    threads = f", {row['threads']} thread(s)" if row.get("threads") else ""
+    return (f"the same input ran {row['runs']} times ({row['engine']} batch "
+            f"{row['batch_size']}{threads}): p50 {row['p50_ms']:.3f} ms, p99 "
+            f"{row['p99_ms']:.3f} ms ({row['p99_ms'] / row['p50_ms']:.2f}x)")
+
+
+def _clock_text(clocks: Clocks) -> str:
+    cur, top = clocks.cur_khz, clocks.max_khz
+    return (f"cpu0 at {cur / 1e3:.0f} MHz of {top / 1e3:.0f} MHz ({cur / top:.0%})"
+            if cur and top else "clock not readable")
+
+
+def _sysfs_text(clocks: Clocks) -> str:
+    boost = {True: "boost on", False: "boost off", None: "boost state not exposed"}
+    return f"scaling_governor={clocks.governor}, {_clock_text(clocks)}, {boost[clocks.boost]}"
+
+
+def frequency_scaling(inputs: Inputs) -> Outcome:
+    """Governor, clock and boost from sysfs, beside the latency spread of one input run
+    many times (the self-run's or a saved bench's): a scaling clock shows as both."""
+    clocks = _machine(inputs).clocks
+    spread = same_input_spread(inputs.bench)
+    measured = "" if spread is None else f"; {_spread_text(spread)}"
+    if clocks.governor is None:
+        return Skip("frequency_scaling", "cpufreq governor not readable here (no /sys/devices/"
+                                         f"system/cpu/cpu0/cpufreq; usual in VMs){measured}")
+    cur, top = clocks.cur_khz, clocks.max_khz
+    low_clock = bool(cur and top and cur / top < CLOCK_SHARE)
+    ratio = spread["p99_ms"] / spread["p50_ms"] if spread is not None else None
+    jitter = ratio is not None and ratio >= JITTER
+    if clocks.governor in SLOW_GOVERNORS or low_clock:
+        return Finding(
+            rule="frequency_scaling",
+            severity=Severity.CRITICAL if jitter else Severity.WARNING,
+            symptom=f"governor {clocks.governor!r}; {_clock_text(clocks)}",
+            cause="the CPU clock scales with load, so the same input runs at varying speed",
+            evidence=f"{_sysfs_text(clocks)}{measured}", fix=GOVERNOR_FIX)
+    if clocks.boost and jitter:
+        return Finding(
+            rule="frequency_scaling", severity=Severity.INFO,
+            symptom=f"the same input's p99 is {ratio:.2f}x its p50 with boost on",
+            cause="turbo clocks follow temperature and the number of busy cores",
+            evidence=f"{_sysfs_text(clocks)}{measured}",
+            fix=f"{BOOST_FIX} (steady clocks, lower peak), then bench again")
+    return None
 
 
 def throttling(inputs: Inputs) -> Outcome:
@@ -92,6 +137,36 @@ def cpu_pressure(inputs: Inputs) -> Outcome:
             "apart: taskset -c 0 turboinfer serve REPO")
 
 
+def contention(inputs: Inputs) -> Outcome:
+    """The server's own threads waiting for a CPU (schedstat, exported on /metrics): the
+    direct sign of another process on its cores, where PSI is machine-wide."""
+    server = inputs.server
+    assert server is not None
+    if server.cpu_wait_seconds is None or server.cpu_seconds is None:
+        return Skip("cpu_contention", "the server exports no CPU wait "
+                                      "(turboinfer_cpu_wait_seconds_total needs schedstat)")
+    if server.cpu_seconds < MIN_CPU_SECONDS:
+        return None
+    per_second = server.cpu_wait_seconds / server.cpu_seconds
+    if per_second < WAIT_PER_CPU_SECOND:
+        return None
+    psi = inputs.machine.psi_cpu_some if inputs.machine else None
+    pressure = "" if psi is None else f"; PSI cpu some avg10 {psi:.1f}% on this machine"
+    cores = "" if server.usable_cores is None else f" of {server.usable_cores:g} usable"
+    return Finding(
+        rule="cpu_contention",
+        severity=Severity.CRITICAL if per_second >= 1.0 else Severity.WARNING,
+        symptom=f"{server.model}: the server's threads waited {server.cpu_wait_seconds:.2f} s "
+                f"for a CPU while running {server.cpu_seconds:.2f} s in {server.seconds:.0f} s",
+        cause="other work (another process, or more threads than cores) holds the "
+              "server's cores",
+        evidence=f"{per_second:.2f} s runnable but waiting per CPU second (schedstat "
+                 f"run-queue wait); the server used {server.cpu_cores or 0:.2f} "
+                 f"cores{cores}{pressure}",
+        fix="give the server cores of its own: taskset -c 1 turboinfer serve REPO (and the "
+            "other work elsewhere), or config.yaml: engine_settings: {intra_op_threads: 1}")
+
+
 def oversubscription(inputs: Inputs) -> Outcome:
     cores = inputs.hardware.cpu.usable_cores if inputs.hardware else None
     if cores is None:
@@ -141,5 +216,6 @@ RULES = (
     Rule("throttling", frozenset({"machine"}), throttling, "cpu"),
     Rule("steal", frozenset({"machine"}), steal, "cpu"),
     Rule("cpu_pressure", frozenset({"machine"}), cpu_pressure, "cpu"),
+    Rule("cpu_contention", frozenset({"server"}), contention, "cpu"),
     Rule("oversubscription", frozenset({"bench", "server"}), oversubscription, "cpu"),
 )

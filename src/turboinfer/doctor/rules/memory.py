@@ -75,19 +75,23 @@ def out_of_memory(inputs: Inputs) -> Outcome:
         return None
     failed, current = "", None
     if server is not None:
-        backend = server.failure_reasons.get("backend", 0.0)
-        failed = (f"; {backend:g} engine (backend) failures of {server.model} in the "
-                  f"{server.seconds:.0f} s window")
+        # An engine's allocation failure may be counted as backend or, where the server
+        # blames the request's size, invalid_input: the window's reasons are all shown.
+        reasons = ", ".join(f"{r}: {n:g}" for r, n in server.failure_reasons.items())
+        failed = (f"; {sum(server.failure_reasons.values()):g} failed request(s) of "
+                  f"{server.model} in the {server.seconds:.0f} s window"
+                  + (f" ({reasons})" if reasons else ""))
         current = server.max_batch_size or None
-    target = f"{max(1, current // 2)}" if current else "(half the current value)"
+    target = (f"{max(1, current // 2)} (halve again while allocations fail)" if current
+              else "(half the largest batch sent; batching off: requests bring their own)")
     return Finding(
         rule="out_of_memory", severity=Severity.CRITICAL,
         symptom=f"{log.oom_lines} allocation-failure line(s) in {log.path} "
                 f"({log.lines} lines)",
         cause="a batch needs more memory than the process can get",
         evidence=f"first: {log.first_oom!r}{failed}",
-        fix=f"config.yaml: max_batch_size: {target} (and instances: 1; "
-            f"engine_settings: {{memory_arena: false}} returns freed memory)")
+        fix=f"config.yaml: max_batch_size: {target}; instances: 1; "
+            f"engine_settings: {{memory_arena: false}} returns freed memory")
 
 
 RULES = (
