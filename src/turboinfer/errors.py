@@ -74,7 +74,18 @@ class UnavailableError(TurboinferError):
     http_status = 503
     grpc_code = "UNAVAILABLE"
     error_type = "service_unavailable_error"
-    retry_after_s = 1.0
+    retry_after_s: float | None = 1.0
+
+
+class RequestTimeoutError(UnavailableError):
+    """A request's deadline (its ``timeout``, or the model's ``default_timeout_ms``) passed
+    before its answer, in the queue or while the engine ran it. 504, not 503: the server
+    took too long, and retrying at once would wait behind the same work."""
+
+    http_status = 504
+    grpc_code = "DEADLINE_EXCEEDED"
+    error_type = "timeout_error"
+    retry_after_s = None
 
 
 class TooManyRequestsError(TurboinferError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from turboinfer.errors import UnavailableError
+from turboinfer.serve.deadline import IN_QUEUE, expire
 
 Outputs = dict[str, np.ndarray]
 
@@ -34,7 +34,7 @@ class BatchingSettings:
 class Pending:
     """One waiting request: its inputs, and the future its caller awaits."""
 
-    __slots__ = ("arrival", "future", "inputs", "rows", "signature", "timer")
+    __slots__ = ("arrival", "future", "inputs", "rows", "signature", "timeout_s", "timer")
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int,
                  future: asyncio.Future[Outputs]) -> None:
@@ -43,19 +43,16 @@ class Pending:
         self.future = future
         self.arrival = time.perf_counter()
         self.timer: asyncio.TimerHandle | None = None
+        self.timeout_s: float | None = None
         # Requests are batched together only if everything but the batch axis agrees.
         self.signature = tuple((n, a.dtype.str, a.shape[1:]) for n, a in inputs.items())
 
     def expire_after(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         """Fail the request on time even while every instance is busy; leaving the
-        queue in a batch cancels the timer."""
-        self.timer = loop.call_later(timeout_s, _expire, self.future, timeout_s)
-
-
-def _expire(future: asyncio.Future[Outputs], timeout_s: float) -> None:
-    if not future.done():
-        future.set_exception(UnavailableError(
-            f"request timed out after {timeout_s * 1000:g} ms in the queue"))
+        queue in a batch cancels the timer (``deadline.hold`` keeps the deadline for
+        the engine run)."""
+        self.timeout_s = timeout_s
+        self.timer = loop.call_later(timeout_s, expire, self.future, timeout_s, IN_QUEUE)
 
 
 class BatchQueue:

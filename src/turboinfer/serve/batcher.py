@@ -20,6 +20,7 @@ import numpy as np
 
 from turboinfer.errors import InferenceError, TurboinferError, UnavailableError
 from turboinfer.serve.batch_queue import BatchingSettings, BatchQueue, Outputs, Pending
+from turboinfer.serve.deadline import hold, release
 from turboinfer.serve.instances import Instance, InstancePool
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ class Batcher:
             yield instance, batch
 
     async def _execute(self, instance: Instance, batch: list[Pending]) -> None:
+        deadlines = hold(batch)  # a request's timeout holds while the engine runs it
         try:
             start = time.perf_counter()
             feeds = _merge(batch)
@@ -148,6 +150,7 @@ class Batcher:
                 # alone, so only the guilty one gets the error.
                 await _one_by_one(instance, batch)
         finally:
+            release(deadlines)
             self.pool.release(instance)
 
     async def drain(self, timeout_s: float = 30.0) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from turboinfer.engines import EngineSettings, ModelArtifact, Session, load_session
 from turboinfer.hardware import profile
+from turboinfer.serve.engine_threads import track
 
 
 def available_cores() -> int:
@@ -56,6 +57,7 @@ class Instance:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
+        track(self._thread)  # a run may outlive the server (a hung engine): see engine_threads
 
     async def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         loop = asyncio.get_running_loop()

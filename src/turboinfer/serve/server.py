@@ -26,6 +26,7 @@ from turboinfer.listening import QuietUvicorn, listen, stop_on_signals
 from turboinfer.models.zoo import names as zoo_names
 from turboinfer.serve.app import create_app
 from turboinfer.serve.core import ModelControl, ServerCore, ServerSettings
+from turboinfer.serve.engine_threads import leave_running_engines
 from turboinfer.serve.metrics import Metrics
 from turboinfer.serve.repository import Repository
 from turboinfer.serve.sources import ModelSource, scan_directory, zoo_sources
@@ -169,8 +170,10 @@ def run(settings: ServerSettings, on_ready: Callable[[Bound], None] | None = Non
         import uvloop  # optional: not on every platform
     except ImportError:
         asyncio.run(main)
+        leave_running_engines()
         return
     uvloop.run(main)
+    leave_running_engines()
 
 
 async def _exit_if_interrupted(main: Coroutine[Any, Any, None]) -> None:
