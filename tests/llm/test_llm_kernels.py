@@ -1,8 +1,98 @@
+"""The linear kernels: every candidate computes the layer within its format's tolerance,
+and the measured selection swaps layers without changing what the model computes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
-from turboinfer.llm.kernels import FastLinear, mkl_packing_available
+from turboinfer.llm.config import QuantMode
+from turboinfer.llm.kernel_candidates import candidates
+from turboinfer.llm.kernels import (
+    FastLinear,
+    SelectedLinear,
+    mkl_packing_available,
+    select_kernels,
+)
+from turboinfer.llm.loader import load_model
+from turboinfer.llm.quant import dequantize_int4, quantize_int4, quantize_int8
+
+# Relative error (norm of the difference over the norm of the reference) each format may
+# show against the fp32 layer: fp32 is exact up to summation order; int8 weights round
+# to 1/254 of a row's range, and the dynamic kernels also quantize activations to 7 bits;
+# int4 rounds to 1/30 of a group's range.
+TOLERANCE = {QuantMode.NONE: 1e-5, QuantMode.INT8: 4e-2, QuantMode.INT4: 1.5e-1}
+
+
+@pytest.mark.parametrize("mode", list(QuantMode))
+@pytest.mark.parametrize("bias", [False, True])
+def test_every_candidate_is_close_to_fp32(mode: QuantMode, bias: bool) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(256, 96, bias=bias).requires_grad_(False)
+    cands = candidates(mode)
+    assert cands
+    for cand in cands:
+        for rows in (1, 5, 16):
+            kernel = cand.build(linear.weight, linear.bias, rows)
+            x = torch.randn(rows, 256)
+            want = linear(x)
+            got = kernel(x)
+            assert got.dtype == torch.float32 and got.shape == want.shape
+            err = float((got - want).norm() / want.norm())
+            assert err < TOLERANCE[mode], (cand.name, rows, err)
+            assert kernel.read_bytes > 0
+
+
+def test_selection_times_every_candidate_and_keeps_the_fastest(tiny_llama_dir: Path) -> None:
+    model = load_model(tiny_llama_dir)
+    choices = select_kernels(model, QuantMode.NONE)
+    names = {c.name for c in candidates(QuantMode.NONE)}
+    for choice in choices:
+        assert set(choice.timings_ms) == names
+        assert choice.chosen == min(choice.timings_ms, key=choice.timings_ms.__getitem__)
+    # One choice per distinct shape and row count; the layers add up to every linear.
+    assert sum(c.layers for c in choices if c.rows == 1) == 2 * 4 + 1
+    assert isinstance(model.lm_head, SelectedLinear)
+
+
+def _dequantized(model: nn.Module, mode: QuantMode) -> nn.Module:
+    """``model`` with each linear weight replaced by what its quantized form stands for."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and mode is QuantMode.INT8:
+            q, scales = quantize_int8(module.weight.data)
+            module.weight = nn.Parameter(q.float() * scales[:, None], requires_grad=False)
+        elif isinstance(module, nn.Linear) and mode is QuantMode.INT4:
+            deq = dequantize_int4(*quantize_int4(module.weight.data, 32), 32)
+            module.weight = nn.Parameter(deq, requires_grad=False)
+    return model
+
+
+@pytest.mark.parametrize("mode", list(QuantMode))
+def test_selected_model_matches_the_float_model(tiny_llama_dir: Path, mode: QuantMode) -> None:
+    # The reference holds the same (de)quantized weights in fp32: what remains is the
+    # kernels' own rounding (bf16 or 7-bit activations).
+    plain = _dequantized(load_model(tiny_llama_dir), mode)
+    model = load_model(tiny_llama_dir)
+    select_kernels(model, mode)
+    ids = torch.arange(1, 40) % plain.config.vocab_size
+    pos = torch.arange(ids.numel())
+    with torch.inference_mode():
+        # Many rows (prefill) and one row (decode) take different kernels.
+        for n in (ids.numel(), 1):
+            want = plain.logits(plain(ids[:n], pos[:n]))
+            got = model.logits(model(ids[:n], pos[:n]))
+            err = float((got - want).norm() / want.norm())
+            assert err < TOLERANCE[mode], (n, err)
+
+
+def test_int4_keeps_fp32_for_shapes_it_cannot_hold() -> None:
+    model = nn.Sequential(nn.Linear(40, 64), nn.Linear(64, 64))   # 40: no whole group of 32
+    choices = select_kernels(model, QuantMode.INT4, measure=False)
+    modes = {(c.in_features, c.mode) for c in choices}
+    assert modes == {(40, "none"), (64, "int4")}
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -19,3 +109,16 @@ def test_fast_linear_equals_linear_at_every_row_count(bias: bool, batch_hint: in
         torch.testing.assert_close(fast(x), linear(x), atol=1e-5, rtol=1e-5)
     x3 = torch.randn(2, 5, 96)  # leading dimensions are kept
     torch.testing.assert_close(fast(x3), linear(x3), atol=1e-5, rtol=1e-5)
+
+
+def test_llm_with_measured_fp32_kernels_matches_transformers(tiny_llm_dir: Path) -> None:
+    from llm_helpers import hf_greedy
+
+    from turboinfer.llm import LLM, EngineConfig, SamplingParams
+
+    prompt = [5, 17, 99, 3, 42, 7, 64, 1, 2, 88, 31]
+    llm = LLM(tiny_llm_dir, config=EngineConfig(kv_cache_tokens=512, block_size=4))
+    assert isinstance(llm.model.layers[0].self_attn.qkv_proj, SelectedLinear)
+    assert {c.mode for c in llm.kernel_choices} == {"none"}
+    out = llm.generate(prompt, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
+    assert list(out[0].token_ids) == hf_greedy(tiny_llm_dir, prompt, 24)

@@ -13,10 +13,9 @@ import torch
 from turboinfer.errors import InvalidInputError, UnknownModelError
 from turboinfer.llm.config import EngineConfig, QuantMode
 from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.kernels import pack_linear_layers
+from turboinfer.llm.kernels import KernelChoice, select_kernels
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.quant import quantize_model
 from turboinfer.llm.sampling_params import SamplingParams
 from turboinfer.llm.sequence import Sequence
 from turboinfer.llm.tokenizer import Tokenizer
@@ -72,23 +71,22 @@ class LLM:
                                           ngram_size=ngram or base.ngram_size)
         if draft is not None and self.config.ngram_size:
             raise InvalidInputError("choose one of a draft model and n-gram drafting")
-        self.model = self._load(folder, self.config.quant)
+        # Kernels are timed at the thread count the engine will run with.
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+        self.kernel_choices: list[KernelChoice] = []
+        self.model = self._load(folder, self.config.quant, self.kernel_choices)
         mc = self.model.config
         self.tokenizer = Tokenizer.from_folder(folder, eos_token_ids=mc.eos_token_ids,
                                                bos_token_id=mc.bos_token_id)
-        draft_model = (self._load(Path(draft), self.config.draft_quant) if draft is not None
+        draft_model = (self._load(Path(draft), self.config.draft_quant, []) if draft is not None
                        else None)
-        if self.config.num_threads:
-            torch.set_num_threads(self.config.num_threads)
         self.engine = LLMEngine(self.model, self.config, tokenizer=self.tokenizer,
                                 draft=draft_model)
 
-    def _load(self, folder: Path, quant: QuantMode) -> LlamaModel:
+    def _load(self, folder: Path, quant: QuantMode, choices: list[KernelChoice]) -> LlamaModel:
         model = load_model(folder)
-        if quant is not QuantMode.NONE:
-            quantize_model(model, quant, group_size=self.config.quant_group_size)
-        else:
-            pack_linear_layers(model, self.config.packed_batch_hint)
+        choices += select_kernels(model, quant, group_size=self.config.quant_group_size)
         return model
 
     def _encode(self, prompt: str | Seq[int]) -> list[int]:

@@ -1,33 +1,197 @@
-"""Faster fp32 linear layers on CPU: weights stored transposed, MKL-packed for big batches.
+"""Linear layers on the kernel measured fastest for their shape, at load time, per machine.
 
-Two effects (benchmarks/llm/run.py records the engine's speed with them):
-
-- **Layout.** ``x @ w_t`` with the weight stored ``[in, out]`` runs MKL's GEMM on its
-  preferred layout; ``F.linear`` on the usual ``[out, in]`` weight does not. For the few
-  rows of a decode or speculative-verification step this is the larger win.
-- **Packing.** MKL can pre-arrange a weight for one batch size so each call at that
-  size skips the packing step. At any other size
-  ``_mkl_linear`` falls back to ``F.linear`` on the weight it is given, and handing it
-  the transposed weight's ``.t()`` view makes that fallback the fast layout above.
-
-Results equal ``F.linear``'s up to float rounding. The packed copy costs extra memory
-(more than the weight itself), which a decode-bound CPU deployment can afford; the transposed
-copy replaces the original (tied LM heads get their own copy).
+No single kernel wins everywhere: on one machine torch's int8 weight-only matmul was 10x
+faster with bf16 activations than with fp32 ones, on another fbgemm's dynamic-int8
+linear beat fp32 4.6x at one row, and the fp32 layout MKL prefers depends on the row
+count. So for every distinct linear shape of the model, each candidate of the weight
+format (``llm/kernel_candidates.py``) is built and timed on that shape at the row counts
+the engine runs (1 for batch-1 decode, 16 for a busy batch), in interleaved rounds, and
+the fastest per row count is kept. A layer then holds the winner for few rows and the
+winner for many (one object when they are the same kernel) and picks by the rows of each
+call. Decisions are kept per process, so a second model of the same shapes loads without
+timing again. ``KernelChoice`` records what was timed and chosen (``llm bench --json``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
 import torch
 from torch import nn
 
+from turboinfer.llm.config import QuantMode
+from turboinfer.llm.kernel_candidates import (
+    Candidate,
+    Kernel,
+    candidates,
+    mkl_packing_available,
+    supports,
+)
 
-def mkl_packing_available() -> bool:
-    return bool(torch.backends.mkl.is_available()) and hasattr(torch.ops.mkl,
-                                                                "_mkl_reorder_linear_weight")
+ROW_COUNTS = (1, 16)
+ROUNDS = 5
+ROUND_BUDGET_S = 0.01       # per candidate and round; at least one call
+DROP_FACTOR = 4.0           # a candidate this much slower on its first call is not timed on
 
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The kernel chosen for one weight shape at one row count, and every timing."""
+
+    mode: str
+    out_features: int
+    in_features: int
+    rows: int
+    chosen: str
+    timings_ms: dict[str, float]
+    layers: int = 0
+    # Candidates dropped after one call (much slower than the best first call).
+    dropped: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def time_kernels(kernels: dict[str, Kernel], x: torch.Tensor) -> dict[str, float]:
+    """Median milliseconds per call of each kernel on ``x``, in interleaved rounds."""
+    per_call = {}
+    for name, kernel in kernels.items():
+        kernel(x)
+        start = time.perf_counter()
+        kernel(x)
+        per_call[name] = time.perf_counter() - start
+    reps = {n: max(1, int(ROUND_BUDGET_S / max(t, 1e-7))) for n, t in per_call.items()}
+    samples: dict[str, list[float]] = {n: [] for n in kernels}
+    for _ in range(ROUNDS):
+        for name, kernel in kernels.items():
+            start = time.perf_counter()
+            for _ in range(reps[name]):
+                kernel(x)
+            samples[name].append((time.perf_counter() - start) / reps[name])
+    return {n: 1e3 * statistics.median(s) for n, s in samples.items()}
+
+
+@torch.inference_mode()
+def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tensor | None,
+                  rows: int, mode: QuantMode) -> KernelChoice:
+    """Build every candidate for ``weight`` and time it on ``rows`` random rows."""
+    x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
+    kernels: dict[str, Kernel] = {}
+    first: dict[str, float] = {}
+    dropped: list[str] = []
+    for cand in cands:
+        try:
+            kernel = cand.build(weight, bias, rows)
+            kernel(x)
+        except (RuntimeError, NotImplementedError):
+            continue  # not built for this CPU or shape
+        start = time.perf_counter()
+        kernel(x)
+        first[cand.name] = time.perf_counter() - start
+        if first[cand.name] > DROP_FACTOR * min(first.values()):
+            dropped.append(cand.name)
+            continue
+        kernels[cand.name] = kernel
+    timings = time_kernels(kernels, x)
+    timings.update({n: 1e3 * first[n] for n in dropped})
+    chosen = min(kernels, key=timings.__getitem__)
+    return KernelChoice(mode.value, weight.shape[0], weight.shape[1], rows, chosen,
+                        timings, dropped=tuple(dropped))
+
+
+class SelectedLinear(nn.Module):
+    """An inference-only ``nn.Linear``: the kernel chosen for few rows up to
+    ``split_rows`` rows per call, the one chosen for many above."""
+
+    def __init__(self, small: Kernel, large: Kernel, split_rows: int,
+                 in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.small, self.large, self.split_rows = small, large, split_rows
+        self.in_features, self.out_features = in_features, out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        kernel = self.small if flat.shape[0] <= self.split_rows else self.large
+        return kernel(flat).view(*x.shape[:-1], self.out_features)
+
+    def kernel_for(self, rows: int) -> Kernel:
+        return self.small if rows <= self.split_rows else self.large
+
+    def extra_repr(self) -> str:
+        return (f"in={self.in_features}, out={self.out_features}, small={self.small.name}, "
+                f"large={self.large.name}, split_rows={self.split_rows}")
+
+
+_DECISIONS: dict[tuple[object, ...], KernelChoice] = {}
+
+
+def _decide(mode: QuantMode, linear: nn.Linear, rows: int, group_size: int,
+            measure: bool) -> KernelChoice:
+    n, k = linear.weight.shape
+    key = (mode, n, k, linear.bias is not None, rows, group_size, torch.get_num_threads())
+    if key not in _DECISIONS:
+        cands = candidates(mode, group_size=group_size)
+        if measure:
+            _DECISIONS[key] = measure_shape(cands, linear.weight.detach().float(),
+                                            _bias(linear), rows, mode)
+        else:
+            return KernelChoice(mode.value, n, k, rows, cands[0].name, {})
+    return _DECISIONS[key]
+
+
+def _bias(linear: nn.Linear) -> torch.Tensor | None:
+    return None if linear.bias is None else linear.bias.detach().float()
+
+
+def _build(mode: QuantMode, name: str, linear: nn.Linear, rows: int,
+           group_size: int) -> tuple[Kernel, bool]:
+    cand = next(c for c in candidates(mode, group_size=group_size) if c.name == name)
+    return cand.build(linear.weight.detach().float(), _bias(linear), rows), cand.rows_specific
+
+
+def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
+                   row_counts: tuple[int, int] = ROW_COUNTS,
+                   measure: bool = True) -> list[KernelChoice]:
+    """Swap every ``nn.Linear`` for a ``SelectedLinear`` on the measured-fastest kernels.
+
+    A layer the format cannot hold (int4 needs whole groups) keeps fp32 candidates. A tied
+    LM head gets its own copy; the embedding table stays in float. ``measure=False``
+    takes each format's first candidate without timing. Returns one ``KernelChoice`` per
+    distinct shape and row count, with how many layers use it.
+    """
+    few, many = row_counts
+    split = int(math.sqrt(few * many))
+    used: dict[tuple[object, ...], tuple[KernelChoice, int]] = {}
+    with torch.inference_mode():
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if not isinstance(child, nn.Linear):
+                    continue
+                layer_mode = (mode if supports(mode, child.out_features, child.in_features,
+                                               group_size) else QuantMode.NONE)
+                kernels = []
+                for rows in (few, many):
+                    choice = _decide(layer_mode, child, rows, group_size, measure)
+                    key = (choice.mode, choice.out_features, choice.in_features, rows)
+                    used[key] = (choice, used.get(key, (choice, 0))[1] + 1)
+                    kernels.append(choice.chosen)
+                small, specific = _build(layer_mode, kernels[0], child, few, group_size)
+                large = (small if kernels[1] == kernels[0] and not specific
+                         else _build(layer_mode, kernels[1], child, many, group_size)[0])
+                setattr(parent, name, SelectedLinear(small, large, split, child.in_features,
+                                                     child.out_features))
+    return [dataclasses.replace(c, layers=n) for c, n in used.values()]
+
+
+# -- the fixed fp32 layout, without measurement -----------------------------------------
 
 class FastLinear(nn.Module):
-    """A drop-in inference-only ``nn.Linear``: transposed weight, optional MKL packing."""
+    """A drop-in inference-only ``nn.Linear``: transposed weight, optional MKL packing
+    for ``batch_hint`` rows (at other row counts MKL falls back to the transposed view)."""
 
     def __init__(self, linear: nn.Linear, batch_hint: int = 0) -> None:
         super().__init__()
@@ -66,3 +230,24 @@ def pack_linear_layers(model: nn.Module, batch_hint: int) -> int:
                 setattr(parent, name, FastLinear(child, hint))
                 replaced += 1
     return replaced
+
+
+def read_bytes_per_token(model: nn.Module) -> int:
+    """Bytes of weights one batch-1 decode step reads: every linear layer's weight as its
+    one-row kernel stores it, one embedding row, and the other modules' own parameters
+    (norms) whole."""
+    total = 0
+    for module in model.modules():
+        if isinstance(module, SelectedLinear):
+            total += module.kernel_for(1).read_bytes
+        elif isinstance(module, FastLinear):
+            total += _size(module.weight_t) + (0 if module.bias is None else _size(module.bias))
+        elif isinstance(module, nn.Embedding):
+            total += module.weight.shape[1] * module.weight.element_size()
+        else:
+            total += sum(_size(p) for p in module.parameters(recurse=False))
+    return total
+
+
+def _size(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()

@@ -1,0 +1,213 @@
+"""The linear-layer kernels a CPU may run, one class per kernel, all with one interface.
+
+Each kernel is built from a float weight ``[N, K]`` (and bias) in the storage its
+operation wants, and maps float32 activations ``[rows, K]`` to float32 ``[rows, N]``.
+``read_bytes`` is what one call reads of the weight (and its scales), the figure the
+bandwidth roofline divides by. Which one runs is decided per machine by timing them on
+the model's own shapes (``llm/kernels.py``); this module only says what each computes.
+
+Formats: ``none`` (fp32 weights, results equal ``F.linear``'s up to float rounding),
+``int8`` (per-output-channel symmetric weights; the dynamic kernels also quantize the
+activations per call, per tensor) and ``int4`` (asymmetric groups along the input).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from turboinfer.llm.config import QuantMode
+from turboinfer.llm.quant import quantize_int4, quantize_int8
+
+
+class Kernel:
+    """``y = x @ W.T + b`` for float32 ``x`` of shape ``[rows, K]``."""
+
+    name = ""
+
+    def __init__(self, read_bytes: int) -> None:
+        self.read_bytes = read_bytes
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _nbytes(*tensors: torch.Tensor | None) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+class LinearKernel(Kernel):
+    """``F.linear`` on the usual ``[N, K]`` weight."""
+
+    name = "fp32_linear"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__(_nbytes(weight, bias))
+        self.weight, self.bias = weight.contiguous(), bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class TransposedKernel(Kernel):
+    """``x @ W_t`` with the weight stored ``[K, N]``: MKL's GEMM on its preferred layout,
+    the faster one for a few rows on the machines measured so far."""
+
+    name = "fp32_transposed"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__(_nbytes(weight, bias))
+        self.weight_t, self.bias = weight.t().contiguous(), bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bias is not None:
+            return torch.addmm(self.bias, x, self.weight_t)
+        return x @ self.weight_t
+
+
+class MklPackedKernel(Kernel):
+    """MKL's GEMM on a weight pre-arranged for ``rows`` rows (packing once, not per call).
+    At any other row count ``_mkl_linear`` falls back to the transposed weight's view."""
+
+    name = "fp32_mkl_packed"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -> None:
+        self.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+        super().__init__(_nbytes(self.packed, bias))
+        self.weight_t, self.bias, self.rows = weight.t().contiguous(), bias, rows
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkl._mkl_linear(x, self.packed, self.weight_t.t(), self.bias,
+                                         self.rows)
+
+
+class OneDnnKernel(Kernel):
+    """oneDNN's inner product (the kernel torch's inductor emits for CPU linears)."""
+
+    name = "fp32_onednn"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__(_nbytes(weight, bias))
+        self.weight, self.bias = weight.contiguous(), bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
+
+class Int8WeightOnlyKernel(Kernel):
+    """torch's int8 weight-only matmul; activations in ``act_dtype`` (its CPU kernel is
+    vectorised for some activation types and not others, so both are candidates)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
+                 act_dtype: torch.dtype) -> None:
+        q, scales = quantize_int8(weight.float())
+        self.q, self.scales = q, scales.to(act_dtype)
+        super().__init__(_nbytes(self.q, self.scales, bias))
+        self.bias, self.act_dtype = bias, act_dtype
+        self.name = f"int8_weight_only_{_short(act_dtype)}"
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch._weight_int8pack_mm(x.to(self.act_dtype), self.q, self.scales).float()
+        return out if self.bias is None else out + self.bias
+
+
+class DynamicInt8Kernel(Kernel):
+    """Int8 arithmetic: the activations are quantized per call (per tensor, 7 bits so
+    the AVX2 multiply-add pairs cannot saturate) and multiplied with int8 weights packed
+    by the ``backend`` (``fbgemm`` or ``onednn``)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, backend: str) -> None:
+        q, scales = quantize_int8(weight.float())
+        previous = torch.backends.quantized.engine
+        try:
+            torch.backends.quantized.engine = backend
+            with warnings.catch_warnings():
+                # Quantized tensors are deprecated in favour of torchao; this packed
+                # linear is still the fastest int8 GEMM torch ships for x86 CPUs.
+                warnings.simplefilter("ignore", UserWarning)
+                qweight = torch._make_per_channel_quantized_tensor(
+                    q, scales.double(), torch.zeros_like(scales, dtype=torch.long), 0)
+                self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
+        finally:
+            torch.backends.quantized.engine = previous
+        super().__init__(_nbytes(q, scales, bias))
+        self.name = f"int8_dynamic_{backend}"
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+
+
+class Int4WeightOnlyKernel(Kernel):
+    """torch's int4 weight-only matmul (groups of ``group_size`` input channels)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int,
+                 act_dtype: torch.dtype) -> None:
+        q, scales, low = quantize_int4(weight, group_size)
+        self.packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+        # The kernel computes (q - 8) * scale + zero, so zero = minimum + 8 * scale.
+        zeros = low + 8 * scales
+        self.scales_zeros = torch.stack([scales.t(), zeros.t()], dim=-1).to(act_dtype)
+        super().__init__(_nbytes(self.packed, self.scales_zeros, bias))
+        self.bias, self.group_size, self.act_dtype = bias, group_size, act_dtype
+        self.name = f"int4_weight_only_{_short(act_dtype)}"
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch._weight_int4pack_mm_for_cpu(x.to(self.act_dtype), self.packed,
+                                                self.group_size, self.scales_zeros).float()
+        return out if self.bias is None else out + self.bias
+
+
+def _short(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
+
+
+Builder = Callable[[torch.Tensor, "torch.Tensor | None", int], Kernel]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    build: Builder          # (weight, bias, rows) -> kernel
+    rows_specific: bool = False   # built for one row count (MKL packing)
+
+
+def mkl_packing_available() -> bool:
+    return bool(torch.backends.mkl.is_available()) and hasattr(torch.ops.mkl,
+                                                                "_mkl_reorder_linear_weight")
+
+
+def _quant_engines() -> list[str]:
+    return [e for e in ("fbgemm", "onednn") if e in torch.backends.quantized.supported_engines]
+
+
+def candidates(mode: QuantMode, *, group_size: int = 32) -> list[Candidate]:
+    """The kernels this torch build offers for ``mode``, likeliest-fastest first."""
+    if mode is QuantMode.INT8:
+        out = [Candidate(f"int8_dynamic_{e}",
+                         lambda w, b, r, e=e: DynamicInt8Kernel(w, b, e))  # type: ignore[misc]
+               for e in _quant_engines()]
+        return out + [Candidate(f"int8_weight_only_{_short(d)}",
+                                lambda w, b, r, d=d: Int8WeightOnlyKernel(w, b, d))  # type: ignore[misc]
+                      for d in (torch.bfloat16, torch.float32)]
+    if mode is QuantMode.INT4:
+        return [Candidate(f"int4_weight_only_{_short(d)}",
+                          lambda w, b, r, d=d: Int4WeightOnlyKernel(w, b, group_size, d))  # type: ignore[misc]
+                for d in (torch.bfloat16, torch.float32)]
+    out = [Candidate("fp32_transposed", lambda w, b, r: TransposedKernel(w, b)),
+           Candidate("fp32_linear", lambda w, b, r: LinearKernel(w, b))]
+    if mkl_packing_available():
+        out.append(Candidate("fp32_mkl_packed", MklPackedKernel, rows_specific=True))
+    if torch.backends.mkldnn.is_available():
+        out.append(Candidate("fp32_onednn", lambda w, b, r: OneDnnKernel(w, b)))
+    return out
+
+
+def supports(mode: QuantMode, out_features: int, in_features: int, group_size: int) -> bool:
+    """int4's packed kernel wants whole groups and a multiple of 8 output channels."""
+    if mode is QuantMode.INT4:
+        return in_features % group_size == 0 and out_features % 8 == 0
+    return True
