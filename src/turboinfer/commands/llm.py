@@ -90,6 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="generated tokens per request")
     bench.add_argument("--mixed", action="store_true",
                        help="draw each request's lengths from [len/4, len]")
+    bench.add_argument("--roofline", action="store_true",
+                       help="also measure memory read bandwidth and compare batch-1 decode "
+                            "with the bandwidth limit of the loaded weights")
     bench.add_argument("--json", action="store_true", help="machine-readable output")
     bench.set_defaults(_llm_run=_bench)
     add_load_parser(sub)
@@ -133,15 +136,35 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from turboinfer.llm.bench import BenchSettings, run_bench  # why: loads torch
+    import torch  # why: torch off --help
+
+    from turboinfer.llm.bench import BenchSettings, roofline, run_bench  # why: loads torch
 
     llm = _build(args)
-    settings = BenchSettings(concurrency=args.concurrency, prompt_len=args.prompt_len,
+    concurrency = tuple(args.concurrency)
+    if args.roofline and 1 not in concurrency:
+        concurrency = (1, *concurrency)  # the roofline is about batch-1 decode
+    settings = BenchSettings(concurrency=concurrency, prompt_len=args.prompt_len,
                              gen_len=args.gen_len, mixed=args.mixed)
-    rows = [r.to_dict() for r in run_bench(llm.engine, settings)]
+    results = run_bench(llm.engine, settings)
+    rows = [r.to_dict() for r in results]
+    roof = (roofline(llm.engine, next(r for r in results if r.concurrency == 1))
+            if args.roofline else None)
+    threads = torch.get_num_threads()
     if args.json:
         print_json({"model": str(args.model or "demo"), "quant": args.quant,
-                    "draft": args.draft, "ngram": args.ngram, "results": rows})
+                    "draft": args.draft, "ngram": args.ngram, "threads": threads,
+                    "kernels": [c.to_dict() for c in llm.kernel_choices],
+                    "results": rows,
+                    **({"roofline": roof.to_dict()} if roof else {})})
         return 0
     print(format_table(BENCH_COLUMNS, [[row[c] for c in BENCH_COLUMNS] for row in rows]))
+    print(f"\nthreads: {threads}; kernels (shape, rows: chosen):")
+    for c in llm.kernel_choices:
+        print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: {c.chosen}")
+    if roof:
+        print(f"\nroofline (batch 1): read bandwidth {roof.bandwidth_gb_s:.1f} GB/s "
+              f"({roof.threads} threads), {roof.bytes_per_token / 1e6:.1f} MB of weights "
+              f"per token, limit {roof.roofline_tokens_per_s:.1f} tokens/s, achieved "
+              f"{roof.achieved_tokens_per_s:.1f} ({100 * roof.fraction:.0f}%)")
     return 0

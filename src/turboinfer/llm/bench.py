@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import torch
 
 from turboinfer.llm.engine import LLMEngine
+from turboinfer.llm.kernels import read_bytes_per_token
 from turboinfer.llm.sampling_params import SamplingParams
 
 
@@ -120,3 +123,72 @@ def run_bench(engine: LLMEngine, settings: BenchSettings) -> list[BenchRow]:
     while engine.has_unfinished():
         engine.step()
     return [bench_level(engine, settings, c) for c in settings.concurrency]
+
+
+# -- the memory-bandwidth roofline at batch 1 ---------------------------------------------
+
+BANDWIDTH_BUFFER_MB = 256   # well past any last-level cache here (32 MiB)
+
+
+def _best_seconds(fn: Callable[[], object], reps: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_read_bandwidth(threads: int, *, buffer_mb: int = BANDWIDTH_BUFFER_MB,
+                           reps: int = 7) -> dict[str, float]:
+    """STREAM-like read bandwidth (bytes/s) of a buffer far larger than the caches,
+    summed by torch (at ``threads`` intra-op threads) and by numpy (one thread); the
+    best repetition of each, and their maximum as ``bandwidth``."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        buf = torch.ones(buffer_mb * 2**20 // 4)
+        nbytes = buf.numel() * 4
+        torch_sum = nbytes / _best_seconds(buf.sum, reps)
+        as_numpy = buf.numpy()
+        numpy_sum = nbytes / _best_seconds(as_numpy.sum, reps)
+    finally:
+        torch.set_num_threads(previous)
+    return {"torch_sum": torch_sum, "numpy_sum": numpy_sum,
+            "bandwidth": max(torch_sum, numpy_sum)}
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Batch-1 decode against the memory-bandwidth limit: every weight is read once per
+    token, so tokens/s can be at most bandwidth / bytes read per token."""
+
+    threads: int
+    bandwidth_gb_s: float                # at ``threads``, the limit used
+    bandwidth_1thread_gb_s: float
+    bytes_per_token: int
+    roofline_tokens_per_s: float
+    achieved_tokens_per_s: float         # batch-1 decode rate, 1000 / TPOT p50
+    fraction: float                      # achieved / roofline
+    bandwidth_detail: dict[str, dict[str, float]]
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def roofline(engine: LLMEngine, batch1: BenchRow, *, threads: int | None = None) -> Roofline:
+    """The roofline of ``engine``'s model as loaded (its chosen weight formats), with
+    ``batch1`` (a concurrency-1 row) as the achieved decode rate."""
+    threads = threads or torch.get_num_threads()
+    detail = {"1": measure_read_bandwidth(1)}
+    detail[str(threads)] = detail["1"] if threads == 1 else measure_read_bandwidth(threads)
+    bandwidth = detail[str(threads)]["bandwidth"]
+    nbytes = read_bytes_per_token(engine.model)
+    limit = bandwidth / nbytes
+    achieved = 1000 / batch1.tpot_p50_ms if batch1.tpot_p50_ms else batch1.tokens_per_s
+    return Roofline(threads=threads, bandwidth_gb_s=bandwidth / 1e9,
+                    bandwidth_1thread_gb_s=detail["1"]["bandwidth"] / 1e9,
+                    bytes_per_token=nbytes, roofline_tokens_per_s=limit,
+                    achieved_tokens_per_s=achieved, fraction=achieved / limit,
+                    bandwidth_detail=detail)

@@ -1,0 +1,60 @@
+"""``llm bench --roofline``: the JSON's roofline figures agree with each other and with
+the loaded weights (no timing thresholds: the machine is shared)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from turboinfer.cli import main
+from turboinfer.llm.kernels import read_bytes_per_token
+from turboinfer.llm.loader import load_model
+
+
+def _bench(tiny_llm_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
+    code = main(["llm", "bench", str(tiny_llm_dir), "--concurrency", "2", "--prompt-len", "4",
+                 "--gen-len", "4", "--threads", "1", "--roofline", "--json", *extra])
+    assert code == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_roofline_fields_are_consistent(tiny_llm_dir: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    report = _bench(tiny_llm_dir, capsys, "--quant", "int8")
+    roof = report["roofline"]
+    # Batch 1 is added for the roofline even when not asked for.
+    assert [r["concurrency"] for r in report["results"]] == [1, 2]
+    assert report["threads"] == roof["threads"] == 1
+    assert roof["bandwidth_gb_s"] > 0
+    assert roof["bandwidth_gb_s"] == pytest.approx(
+        roof["bandwidth_detail"]["1"]["bandwidth"] / 1e9)
+    assert roof["roofline_tokens_per_s"] == pytest.approx(
+        roof["bandwidth_gb_s"] * 1e9 / roof["bytes_per_token"])
+    batch1 = report["results"][0]
+    assert roof["achieved_tokens_per_s"] == pytest.approx(1000 / batch1["tpot_p50_ms"])
+    assert roof["fraction"] == pytest.approx(
+        roof["achieved_tokens_per_s"] / roof["roofline_tokens_per_s"])
+    # Every linear shape has a choice at one row and at 16, among the timed candidates.
+    kernels = report["kernels"]
+    assert {k["rows"] for k in kernels} == {1, 16}
+    assert all(k["chosen"] in k["timings_ms"] for k in kernels)
+    assert all(k["chosen"].startswith("int8") for k in kernels)
+
+
+def test_bytes_per_token_follow_the_weight_format(tiny_llama_dir: Path) -> None:
+    from turboinfer.llm.config import QuantMode
+    from turboinfer.llm.kernels import select_kernels
+
+    plain = load_model(tiny_llama_dir)
+    linears = sum(m.weight.numel() for m in plain.modules() if isinstance(m, torch.nn.Linear))
+    fp32 = read_bytes_per_token(plain)
+    # fp32: every linear weight, 4 bytes each, plus one embedding row and the norms.
+    norms = sum(p.numel() for n, p in plain.named_parameters() if "norm" in n)
+    assert fp32 == 4 * (linears + plain.config.hidden_size + norms)
+    int8 = load_model(tiny_llama_dir)
+    select_kernels(int8, QuantMode.INT8, measure=False)
+    # int8: one byte per weight plus a scale per output channel.
+    assert linears < read_bytes_per_token(int8) < fp32 / 3
