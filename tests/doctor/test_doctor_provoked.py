@@ -1,0 +1,209 @@
+"""Symptoms provoked for real on a running ``turboinfer serve``, then named by ``doctor
+URL``: one slow client (client_bound), a busy-loop process pinned to the server's core
+(cpu_contention), and a batch too large for the server's address space (out_of_memory).
+
+Each provocation is generous (a 30 ms think per request against a sub-millisecond model,
+a hog taking half the server's only core, a 4 GiB output under a 1 GiB allowance), and
+the assertions are on the rule that fired and the evidence it quotes, not on timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import psutil
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from real_server import RealServer, serve_repository
+from turboinfer.doctor import Diagnosis, Finding
+from turboinfer.doctor.api import DoctorRequest, run_doctor
+from turboinfer.load.scenarios import Scenario, ScenarioSettings
+from turboinfer.load.session import LoadSettings, run_load
+from turboinfer.serve.config import ModelConfig, write_entry
+
+pytestmark = pytest.mark.slow  # real servers, real windows of a few seconds
+
+MODEL = "linear"        # the unbatched fixture's model: input [batch, 16]
+THINK_MS = 30.0         # the slow client's CPU work before each request
+WINDOW_S = 3.0
+
+# The slow client: one process, one request at a time, each after THINK_MS of CPU work
+# (the pre-processing of a real client), until it is stopped.
+SLOW_CLIENT = """
+import json, sys, time, urllib.request
+url, think = sys.argv[1], float(sys.argv[2]) / 1e3
+body = json.dumps({"inputs": [{"name": "input", "shape": [1, 16], "datatype": "FP32",
+                               "data": [0.5] * 16}]}).encode()
+while True:
+    start = time.process_time()
+    while time.process_time() - start < think:
+        pass
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+"""
+
+
+def findings(diagnosis: Diagnosis) -> dict[str, Finding]:
+    return {f.rule: f for f in diagnosis.findings}
+
+
+def test_one_slow_client_is_named_as_the_bottleneck(unbatched: RealServer) -> None:
+    client = subprocess.Popen([sys.executable, "-c", SLOW_CLIENT,
+                               f"{unbatched.http_url}/v2/models/{MODEL}/infer", str(THINK_MS)])
+    try:
+        diagnosis = run_doctor(DoctorRequest(url=unbatched.http_url, model=MODEL,
+                                             window_s=WINDOW_S))
+        assert client.poll() is None, "the slow client stopped during the window"
+    finally:
+        client.kill()
+        client.wait()
+    found = findings(diagnosis)
+    assert "client_bound" in found, diagnosis.to_dict()
+    assert "queueing" not in found
+    finding = found["client_bound"]
+    assert finding.cause.startswith("the server waits for work")
+    match = re.search(r"([\d.]+) ms per request in the server, one every ([\d.]+) ms; "
+                      r"queue ([\d.]+) ms, at most (\d+) pending; the server used "
+                      r"([\d.]+) cores", finding.evidence)
+    assert match, finding.evidence
+    in_server, every = float(match[1]), float(match[2])
+    # One client that thinks THINK_MS of CPU before each request cannot send more often.
+    assert every >= THINK_MS
+    assert in_server < every
+    assert re.search(r"requests/s kept the server busy \d+% of \d+ s", finding.symptom)
+    assert f"turboinfer load {unbatched.http_url} --model {MODEL}" in finding.fix
+
+
+def _pin(pid: int, cores: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cores`` (sched_setaffinity moves one thread)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except ProcessLookupError:
+            continue  # the thread exited meanwhile
+
+
+def test_a_hog_pinned_to_the_servers_core_is_named(unbatched: RealServer) -> None:
+    if not os.path.exists("/proc/self/schedstat"):
+        pytest.skip("this kernel has no schedstat: the server exports no CPU wait")
+    everywhere = os.sched_getaffinity(0)
+    core = min(everywhere)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    os.sched_setaffinity(hog.pid, {core})
+    _pin(unbatched.process.pid, {core})
+    settings = LoadSettings(url=unbatched.http_url, model=MODEL, metrics_url="",
+                            min_requests=1, scenario=ScenarioSettings(
+                                scenario=Scenario.CONCURRENCY, concurrency=(4,),
+                                window_s=1.0, max_windows=5, stable_windows=5,
+                                warmup_s=0.5))
+    load = threading.Thread(target=run_load, args=(settings,))
+    load.start()
+    try:
+        diagnosis = run_doctor(DoctorRequest(url=unbatched.http_url, model=MODEL,
+                                             window_s=WINDOW_S))
+    finally:
+        load.join()
+        hog.kill()
+        hog.wait()
+        _pin(unbatched.process.pid, everywhere)
+    found = findings(diagnosis)
+    assert "cpu_contention" in found, diagnosis.to_dict()
+    finding = found["cpu_contention"]
+    match = re.search(r"waited ([\d.]+) s for a CPU while running ([\d.]+) s",
+                      finding.symptom)
+    assert match, finding.symptom
+    waited, ran = float(match[1]), float(match[2])
+    assert waited > 0 and ran > 0
+    per_second = re.match(r"([\d.]+) s runnable but waiting per CPU second \(schedstat "
+                          r"run-queue wait\); the server used [\d.]+ cores", finding.evidence)
+    assert per_second, finding.evidence
+    # The evidence's ratio is the symptom's two figures divided (they are rounded).
+    assert float(per_second[1]) == pytest.approx(waited / ran, rel=0.05, abs=0.02)
+    assert finding.fix.startswith("give the server cores of its own: taskset -c")
+
+
+WIDTH, WIDE = 16, 1 << 16   # input [batch, 16] -> output [batch, 65536]
+HUGE_BATCH = 16384          # a 4 GiB output
+ALLOWANCE = 1 << 30         # address space granted beyond what the server holds at start
+
+
+def wide_onnx(path: Path) -> Path:
+    """One MatMul that widens each row 4096-fold: a batch's output outgrows its input."""
+    weight = np.random.default_rng(0).standard_normal((WIDTH, WIDE)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "weight"], ["output"])], "wide",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", WIDTH])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", WIDE])],
+        initializer=[numpy_helper.from_array(weight, "weight")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def wide_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServer, Path]]:
+    """``wide`` served with max_batch_size HUGE_BATCH, its address space capped (RLIMIT_AS)
+    once it is up: a batch that size cannot be allocated, smaller ones can."""
+    root = tmp_path_factory.mktemp("doctor-oom")
+    write_entry(root / "repo", "wide", wide_onnx(root / "wide.onnx"),
+                ModelConfig(max_batch_size=HUGE_BATCH))
+    log = root / "serve.log"
+    with serve_repository(root / "repo", log) as server:
+        limit = psutil.Process(server.process.pid).memory_info().vms + ALLOWANCE
+        resource.prlimit(server.process.pid, resource.RLIMIT_AS, (limit, limit))
+        yield server, log
+
+
+def _infer(url: str, batch: int) -> int:
+    data = np.full((batch, WIDTH), 0.5, np.float32)
+    body = {"inputs": [{"name": "input", "shape": [batch, WIDTH], "datatype": "FP32",
+                        "data": data.ravel().tolist()}]}
+    request = urllib.request.Request(f"{url}/v2/models/wide/infer", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_a_batch_that_cannot_be_allocated_is_named(
+        wide_server: tuple[RealServer, Path]) -> None:
+    server, log = wide_server
+    result: list[Diagnosis] = []
+    doctor = threading.Thread(target=lambda: result.append(run_doctor(DoctorRequest(
+        url=server.http_url, model="wide", window_s=WINDOW_S, server_log=log))))
+    doctor.start()
+    try:
+        statuses = [_infer(server.http_url, 4), _infer(server.http_url, HUGE_BATCH),
+                    _infer(server.http_url, 4)]
+    finally:
+        doctor.join()
+    assert statuses[0] == statuses[2] == 200      # the server kept serving
+    assert statuses[1] >= 400
+    finding = findings(result[0])["out_of_memory"]
+    assert finding.severity.label == "critical"
+    assert re.fullmatch(rf"\d+ allocation-failure line\(s\) in {re.escape(str(log))} "
+                        r"\(\d+ lines\)", finding.symptom), finding.symptom
+    # ONNX Runtime's own words, with the size it asked for: 16384 x 65536 x 4 bytes.
+    assert "Failed to allocate memory for requested buffer of size 4294967296" in \
+        finding.evidence
+    assert re.search(r"; 1 failed request\(s\) of wide in the \d+ s window \(\w+: 1\)",
+                     finding.evidence), finding.evidence
+    assert finding.fix.startswith(f"config.yaml: max_batch_size: {HUGE_BATCH // 2} ")
