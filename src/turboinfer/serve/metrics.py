@@ -32,6 +32,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from turboinfer.hardware.cgroup import cpu_limit
+from turboinfer.hardware.gpu import GpuSampler
+from turboinfer.hardware.schedstat import WaitCounter
 from turboinfer.serve.batcher import BatchObserver
 
 PREFIX = "turboinfer"
@@ -46,7 +48,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class Metrics:
     """The metric families of one server."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpus: GpuSampler | None = None) -> None:
         self.registry = CollectorRegistry()
         ProcessCollector(namespace=PREFIX, registry=self.registry)
         r = self.registry
@@ -74,7 +76,7 @@ class Metrics:
         self._failure_reasons: dict[tuple[str, str], set[str]] = {}
         # The versions served, read by the scrape-time collector.
         self.versions: dict[tuple[str, str], VersionStats] = {}
-        r.register(GoldenCollector(self))
+        r.register(GoldenCollector(self, gpus))
 
     def _histogram(self, name: str, doc: str) -> Histogram:
         return Histogram(f"{PREFIX}_{name}", doc, LABELS, buckets=LATENCY_BUCKETS,
@@ -264,11 +266,18 @@ class GoldenCollector(Collector):
       bytes. A proxy for memory bandwidth, not a measurement: each batch reads every
       weight once, activations are not counted, and weights that stay in cache never
       reach memory. Its ``rate()`` tells which model moves the most bytes.
+    - ``turboinfer_cpu_wait_seconds_total``: seconds the server's threads were runnable
+      but waiting for a CPU (schedstat); its ``rate()`` over the CPU seconds' is how
+      contended the cores are. Absent where the kernel has no schedstat.
+    - ``turboinfer_gpu_utilisation_ratio`` per GPU (NVML's SM activity, 0-1) and its
+      memory in use and in all; the families are empty without NVML or a GPU.
     """
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, gpus: GpuSampler | None = None) -> None:
         self._metrics = metrics
         self._cores = usable_cores()
+        self._waits = WaitCounter()
+        self._gpus = gpus if gpus is not None else GpuSampler()
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(f"{PREFIX}_usable_cores",
@@ -278,7 +287,31 @@ class GoldenCollector(Collector):
             f"{PREFIX}_cpu_utilisation_seconds",
             "Process CPU seconds per usable core; rate() is the utilisation (0-1)",
             value=time.process_time() / self._cores)
+        waited = self._waits.seconds()
+        if waited is not None:
+            yield CounterMetricFamily(
+                f"{PREFIX}_cpu_wait_seconds",
+                "Seconds the server's threads were runnable but waiting for a CPU",
+                value=waited)
+        yield from self._per_gpu()
         yield from self._per_version()
+
+    def _per_gpu(self) -> Iterator[Metric]:
+        gpu = ("gpu", "name")
+        families = (
+            GaugeMetricFamily(f"{PREFIX}_gpu_utilisation_ratio",
+                              "Share of the last NVML sample period a kernel ran (SM%, 0-1)",
+                              labels=gpu),
+            GaugeMetricFamily(f"{PREFIX}_gpu_memory_used_bytes", "GPU memory in use",
+                              labels=gpu),
+            GaugeMetricFamily(f"{PREFIX}_gpu_memory_total_bytes", "GPU memory in all",
+                              labels=gpu))
+        for sample in self._gpus.sample():
+            labels = [str(sample.index), sample.name]
+            for family, value in zip(families, (sample.utilisation, sample.memory_used_bytes,
+                                                sample.memory_total_bytes), strict=True):
+                family.add_metric(labels, value)
+        yield from families
 
     def _per_version(self) -> Iterator[Metric]:
         max_batch = GaugeMetricFamily(
