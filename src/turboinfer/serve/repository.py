@@ -154,6 +154,8 @@ class Repository:
                 failures[version] = str(exc) if isinstance(exc, TurboinferError) else repr(exc)
                 log.error("model %s version %d failed to load: %s", name, version,
                           failures[version])
+                if version not in state.versions:  # no series for a version that never served
+                    self.metrics.forget(name, str(version))
         if failures:
             for version, current in state.versions.items():
                 keep.setdefault(version, current)
