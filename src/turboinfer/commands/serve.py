@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.scaleout.requires import require_ray
 from turboinfer.serve.core import ModelControl, ServerSettings
 from turboinfer.serve.server import Bound
 from turboinfer.serve.server import run as run_server
@@ -55,6 +56,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="open HTTP connections; beyond it new ones get 503")
     parser.add_argument("--drain-seconds", type=float, default=_DEFAULTS.drain_timeout_s,
                         help="on SIGTERM, how long in-flight requests may take to finish")
+    ray = parser.add_argument_group("Ray Serve (the ray extra)")
+    ray.add_argument("--ray", action="store_true",
+                     help="run each model of REPO as a Ray Serve deployment (its replicas "
+                          "and autoscaling from config.yaml) behind an ingress with the "
+                          "same HTTP URLs; no gRPC")
+    ray.add_argument("--ray-address", default="local", metavar="local|auto|ray://HOST:PORT",
+                     help="local: start a Ray instance that stops with this command; auto "
+                          "or ray://...: deploy on a running cluster")
+    ray.add_argument("--replicas", type=positive_int, default=None,
+                     help="with --ray: a fixed replica count per model (default: the "
+                          "entry's autoscaling section, else 1)")
 
 
 def _grpc_port(port: int | None) -> int:
@@ -80,11 +92,35 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ray:
+        return _run_on_ray(args)
+
     def announce(bound: Bound) -> None:
         grpc = f" grpc={bound.host}:{bound.grpc_port}" if bound.grpc_port is not None else ""
         # One parseable line on stdout: scripts and tests wait for it.
         print(f"turboinfer serving http={bound.host}:{bound.http_port}{grpc}", flush=True)
 
     run_server(settings_from(args), on_ready=announce)
+    print("turboinfer stopped", file=sys.stderr)
+    return 0
+
+
+def _run_on_ray(args: argparse.Namespace) -> int:
+    require_ray()
+    # Here, not at the top: Ray takes seconds to import, and only --ray needs it.
+    from turboinfer.scaleout.cluster import RaySettings
+    from turboinfer.scaleout.ray_app import Deployed, serve_repository
+
+    def announce(deployed: Deployed) -> None:
+        # The same ready line as without --ray (no gRPC), then one line per model.
+        print(f"turboinfer serving http={deployed.host}:{deployed.port}", flush=True)
+        for name, plan in deployed.plans.items():
+            scaling = (f"autoscaling {plan.min_replicas}..{plan.max_replicas} replicas, "
+                       f"target {plan.target_ongoing_requests:g} ongoing requests"
+                       if plan.autoscaling else f"{plan.min_replicas} replica(s)")
+            print(f"  {name}: {scaling}, {plan.cpus_per_replica} CPU each", file=sys.stderr)
+
+    serve_repository(settings_from(args), RaySettings(address=args.ray_address),
+                     replicas=args.replicas, on_ready=announce)
     print("turboinfer stopped", file=sys.stderr)
     return 0
