@@ -92,6 +92,8 @@ class ServerCore:
         if self.draining:
             raise UnavailableError("the server is shutting down")
         served = self.repository.get(model, version)
+        if not served.pool.instances:  # idle-unloaded: this request waits for the reload
+            self.repository.wake(served)
         in_flight = self._in_flight
         in_flight.enter()
         try:

@@ -42,6 +42,7 @@ LABELS = ("model", "version")
 LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25,
                    0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+COLD_START_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -71,6 +72,19 @@ class Metrics:
                              LABELS, registry=r)
         self.loaded = Gauge(f"{PREFIX}_loaded_models", "Model versions loaded and ready",
                             registry=r)
+        # Autoscaling and idle unload (serve.autoscale): the instances each version runs
+        # now (0 while idle-unloaded), every scale event with its reason, cold starts.
+        self.instances = Gauge(f"{PREFIX}_instances", "Engine instances serving the version",
+                               LABELS, registry=r)
+        self.scale_events = Counter(f"{PREFIX}_scale_events",
+                                    "Instances added (up) or removed (down), by reason",
+                                    ("model", "direction", "reason"), registry=r)
+        self.cold_start = Histogram(f"{PREFIX}_cold_start_seconds",
+                                    "First request after idle unload until an instance "
+                                    "serves (build and warm-up)", LABELS,
+                                    buckets=COLD_START_BUCKETS, registry=r)
+        self.last_cold_start = Gauge(f"{PREFIX}_last_cold_start_seconds",
+                                     "The version's latest cold start", LABELS, registry=r)
         # The failure reasons seen per (model, version): the family has a third label, so
         # forgetting a version must know which of its series exist.
         self._failure_reasons: dict[tuple[str, str], set[str]] = {}
@@ -105,7 +119,8 @@ class Metrics:
         """Drop an unloaded version's series so /metrics does not grow forever."""
         self.versions.pop((model, version), None)
         for family in (self.success, self.inferences, self.executions, self.request_time,
-                       self.queue_time, self.compute_time, self.batch_size, self.pending):
+                       self.queue_time, self.compute_time, self.batch_size, self.pending,
+                       self.instances, self.cold_start, self.last_cold_start):
             with contextlib.suppress(KeyError):  # never observed: nothing to remove
                 family.remove(model, version)
         for reason in self._failure_reasons.pop((model, version), ()):

@@ -24,6 +24,7 @@ from turboinfer.errors import (
     UnavailableError,
     UnknownModelError,
 )
+from turboinfer.serve.autoscale import Autoscaler
 from turboinfer.serve.config import Canary
 from turboinfer.serve.metrics import Metrics
 from turboinfer.serve.sources import ModelSource, Snapshot, scan_directory
@@ -80,6 +81,7 @@ class Repository:
         self.root = root
         self.drain_timeout_s = drain_timeout_s
         self._retiring: set[asyncio.Task[None]] = set()
+        self.autoscaler = Autoscaler(metrics, self._served, on_wake_failed=self._wake_failed)
 
     # --- the hot path -------------------------------------------------------------
     def get(self, name: str, version: str | None = None) -> ServedVersion:
@@ -104,6 +106,7 @@ class Repository:
     # --- loading --------------------------------------------------------------------
     async def load_all(self, names: list[str] | None = None) -> None:
         """Load ``names`` (default: every model); failures stay in the index."""
+        self.autoscaler.start()
         chosen = list(self._models) if names is None else names
         results = await asyncio.gather(*(self.load(name) for name in chosen),
                                        return_exceptions=True)
@@ -114,6 +117,7 @@ class Repository:
     async def load(self, name: str) -> None:
         """Load or reload ``name`` from its source; raise if any wanted version failed
         (the versions that did load, or the old ones, serve on)."""
+        self.autoscaler.start()
         state = self._models.get(name)
         if state is None and self.root is not None:
             state = await self._discover(name)
@@ -207,6 +211,28 @@ class Repository:
     def _update_gauge(self) -> None:
         self.metrics.loaded.set(sum(len(s.versions) for s in self._models.values()))
 
+    # --- autoscaling and idle unload -------------------------------------------------------
+    def _served(self) -> list[ServedVersion]:
+        return [v for state in self._models.values() for v in state.versions.values()]
+
+    def wake(self, served: ServedVersion) -> None:
+        """A request for a version idle-unloaded to zero instances: reload them; the
+        request waits in the version's queue meanwhile."""
+        self.autoscaler.wake(served)
+
+    def _wake_failed(self, served: ServedVersion, reason: str) -> None:
+        """The version could not be rebuilt after idle: it stops serving, the requests
+        waiting for it fail (503), and the index gives the reason."""
+        state = self._models.get(served.name)
+        if state is None or state.versions.get(served.version) is not served:
+            return
+        versions = {k: v for k, v in state.versions.items() if v is not served}
+        state.install(versions, state.snapshot.config.canary if state.snapshot else None)
+        state.failures[served.version] = reason
+        if not versions:
+            state.error = reason
+        self._retire([served], 0.0)
+
     # --- polling ------------------------------------------------------------------------
     async def poll_once(self) -> None:
         """Pick up new, changed and removed models and versions under the root."""
@@ -234,6 +260,7 @@ class Repository:
     async def close(self) -> None:
         """Free every version at once. The server waits for its requests before it
         closes the repository (one drain deadline); whatever is still queued fails."""
+        await self.autoscaler.close()
         for name in list(self._models):
             await self.unload(name, drain_timeout_s=0.0)
         if self._retiring:
