@@ -1,22 +1,24 @@
 """Batch forming: a bounded priority queue of waiting requests and the rule that turns
 them into one batch.
 
-Nothing here runs a model: ``next_batch`` waits for the first request, then up to
-``max_queue_delay`` for more rows (or until the largest preferred batch size is
-reached), and takes the batch. Requests carrying their own batch dimension count by
-rows. Only requests whose per-row shapes and dtypes agree can share a batch; the others
-wait for the next one.
+Nothing here runs a model: ``next_batch`` waits for the first request, then for more
+rows while more are expected within the adaptive window (``batch_window``: never longer
+than ``max_queue_delay``, and not at all when nothing else is on its way) or until the
+largest preferred batch size is reached, and takes the batch. Requests carrying their
+own batch dimension count by rows. Only requests whose per-row shapes and dtypes agree
+can share a batch; the others wait for the next one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import numpy as np
 
+from turboinfer.serve.batch_window import AT_ONCE, FULL, WAITED, BatchWindow
 from turboinfer.serve.deadline import IN_QUEUE, expire
 
 Outputs = dict[str, np.ndarray]
@@ -63,7 +65,9 @@ class BatchQueue:
         self._levels: dict[int, deque[Pending]] = {}
         self._count = 0  # requests waiting
         self._rows = 0  # their rows
-        self._wakeup = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None  # next_batch waiting for a put
+        self.window = BatchWindow(settings.max_queue_delay_s)
+        self.reasons: Counter[str] = Counter()  # why each batch left (batch_window)
         self.closed = False
 
     @property
@@ -79,14 +83,19 @@ class BatchQueue:
         if level is None:
             level = self._levels[priority] = deque()
         level.append(item)
+        self.window.arrived(item.arrival, queue_was_empty=not self._count)
         self._count += 1
         self._rows += item.rows
-        self._wakeup.set()
+        self._wake()
 
     def close(self) -> None:
         """Take no more requests; ``next_batch`` returns None once the queue is empty."""
         self.closed = True
-        self._wakeup.set()
+        self._wake()
+
+    def finished(self) -> None:
+        """A batch taken from here has been run (the window counts running batches)."""
+        self.window.finished()
 
     def fail_all(self, error: Exception) -> None:
         for level in self._levels.values():
@@ -104,27 +113,55 @@ class BatchQueue:
         while not self._count:
             if self.closed:
                 return None
-            self._wakeup.clear()
-            await self._wakeup.wait()
+            await self._wait(None)
         settings = self.settings
+        reason = AT_ONCE
         if settings.max_batch_size and settings.max_queue_delay_s > 0:
-            await self._fill(settings.max_queue_delay_s)
-        return self.take()
+            reason = await self._fill()
+        batch = self.take()
+        if batch:
+            self.window.dispatched(time.perf_counter())
+            self.reasons[reason] += 1
+        return batch
 
-    async def _fill(self, delay_s: float) -> None:
-        """Wait for more rows until the target size or the oldest request's deadline."""
-        settings = self.settings
+    async def _fill(self) -> str:
+        """Wait for more rows while the window expects some, up to the target size;
+        returns why the batch goes."""
+        settings, window = self.settings, self.window
         target = max(settings.preferred_batch_sizes, default=settings.max_batch_size)
-        deadline = self._oldest_arrival() + delay_s
-        while self._rows < target and not self.closed:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                return
-            self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
-            except TimeoutError:
-                return
+        oldest, rows = self._oldest_arrival(), self._rows
+        reason = AT_ONCE
+        while not self.closed:
+            if self._rows >= target:
+                if reason == AT_ONCE:
+                    return FULL  # full without waiting: nothing to learn about waits
+                reason = FULL
+                break
+            slack = window.slack(oldest, time.perf_counter())
+            if slack <= 0:
+                break
+            reason = WAITED
+            await self._wait(slack)
+        if reason != AT_ONCE:
+            window.waited(joined=self._rows > rows)
+        return reason
+
+    async def _wait(self, timeout_s: float | None) -> None:
+        """Until the next put or close, or ``timeout_s``: one future and one timer
+        handle (``asyncio.wait_for`` would add a task per wait)."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout_s is None else loop.call_later(timeout_s, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            _wake(self._waiter)
 
     def _oldest_arrival(self) -> float:
         return min(level[0].arrival for level in self._levels.values() if level)
@@ -168,3 +205,8 @@ class BatchQueue:
         if item.timer is not None:
             item.timer.cancel()
         return item
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -5,8 +5,9 @@ what makes a batch); one dispatcher task takes a free instance, then the next ba
 hands it to a task of its own. A failing batch of several requests is run again request
 by request, so only the request at fault gets the error. Because
 a batch only forms once an instance is free, requests that arrive while all instances
-are busy pile up into the next batch: with a delay of 0 batching is purely opportunistic
-and adds no latency at low load.
+are busy pile up into the next batch: with a delay of 0 batching is purely opportunistic.
+With a delay, a batch still waits only while more requests are expected and waiting has
+paid (``batch_window``), so batching adds no latency when there is nothing to batch.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ class Batcher:
     @property
     def full(self) -> bool:
         return self._queue.full
+
+    @property
+    def dispatch_reasons(self) -> dict[str, int]:
+        """How many batches left the queue for each reason (``batch_window``)."""
+        return dict(self._queue.reasons)
 
     @property
     def in_flight(self) -> int:
@@ -151,6 +157,7 @@ class Batcher:
                 await _one_by_one(instance, batch)
         finally:
             release(deadlines)
+            self._queue.finished()
             self.pool.release(instance)
 
     async def drain(self, timeout_s: float = 30.0) -> None:

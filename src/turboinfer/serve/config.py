@@ -14,7 +14,14 @@ version folders, each holding the model file::
     engine: onnxruntime          # onnxruntime | openvino
     max_batch_size: 32           # 0: no batching, requests run as they arrive
     dynamic_batching:
-      max_queue_delay_ms: 5.0    # how long the first request of a batch may wait
+      max_queue_delay_ms: 5.0    # the most the first request of a batch may wait; it
+                                 # waits only while more requests are expected within
+                                 # what is left of an adaptive window (the average gap
+                                 # between arrivals is shorter): a wait someone joined
+                                 # widens the window by 1/8 of this, one nobody joined
+                                 # halves it; it opens only when a request arrives while
+                                 # the previous batch still runs. A lone request never
+                                 # waits.
       preferred_batch_sizes: [8, 16]
       max_queue_size: 1024       # requests beyond this are rejected at once (503)
       default_timeout_ms: null   # per-request queue timeout when the request sets none

@@ -1,0 +1,114 @@
+"""The adaptive batch wait: a lone request never waits; waiting starts only on evidence
+that it pays, and stops when it does not."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_batcher import make, rows, run
+
+from turboinfer.serve.batch_window import AT_ONCE, FULL, BatchWindow
+from turboinfer.serve.batcher import BatchingSettings, BatchObserver
+
+MAX = 0.008  # 8 ms, in seconds
+
+
+def test_nothing_waits_before_two_arrivals_give_a_rate() -> None:
+    window = BatchWindow(MAX)
+    window.arrived(1.0, queue_was_empty=True)
+    assert window.slack(oldest_arrival=1.0, now=1.0) == 0.0
+
+
+def test_an_arrival_while_the_last_batch_runs_opens_the_window() -> None:
+    window = BatchWindow(MAX)
+    window.arrived(1.0, queue_was_empty=True)
+    window.dispatched(1.0)
+    window.arrived(1.001, queue_was_empty=True)  # would have shared the running batch
+    assert window.window_s == pytest.approx(MAX / 8)
+    # With arrivals 1 ms apart and 1 ms of slack left, the next one is not expected in time.
+    assert window.slack(oldest_arrival=1.001, now=1.001) == 0.0
+    window.arrived(1.0011, queue_was_empty=False)
+    window.arrived(1.0012, queue_was_empty=False)
+    assert 0 < window.slack(oldest_arrival=1.0012, now=1.0012) <= MAX / 8
+
+
+def test_a_client_alone_never_opens_the_window() -> None:
+    """Closed loop, one client: each request follows the answer to the previous one."""
+    window = BatchWindow(MAX)
+    now = 1.0
+    for _ in range(50):
+        window.arrived(now, queue_was_empty=True)
+        assert window.slack(oldest_arrival=now, now=now) == 0.0
+        window.dispatched(now)
+        now += 0.0003
+        window.finished()
+        now += 0.0001
+    assert window.window_s == 0.0
+
+
+def test_waits_that_nobody_joins_close_the_window_and_joined_ones_widen_it() -> None:
+    window = BatchWindow(MAX)
+    for _ in range(20):
+        window.waited(joined=True)
+    assert window.window_s == MAX  # never beyond max_queue_delay
+    window.waited(joined=False)
+    assert window.window_s == MAX / 2
+    for _ in range(6):
+        window.waited(joined=False)
+    assert window.window_s == 0.0
+
+
+def test_a_lone_request_goes_at_once_despite_a_long_delay() -> None:
+    class Timings(BatchObserver):
+        def __init__(self) -> None:
+            self.queue_s: list[float] = []
+
+        def dequeued(self, queue_s: float) -> None:
+            self.queue_s.append(queue_s)
+
+    async def scenario() -> None:
+        batcher, (session,) = make(BatchingSettings(max_batch_size=8, max_queue_delay_s=30.0))
+        batcher.observer = timings = Timings()
+        for i in range(5):  # one client: each request after the previous answer
+            result = await batcher.submit(rows(i), 1)
+            assert float(result["y"][0, 0]) == 2.0 * i
+        assert batcher.dispatch_reasons == {AT_ONCE: 5}
+        assert max(timings.queue_s) < 1.0  # a wait would have been 30 s
+        assert [b.shape[0] for b in session.batches] == [1] * 5
+        await batcher.close()
+
+    run(scenario())
+
+
+def test_a_burst_still_forms_one_batch() -> None:
+    async def scenario() -> None:
+        batcher, (session,) = make(BatchingSettings(max_batch_size=8, max_queue_delay_s=30.0))
+        await asyncio.gather(*(batcher.submit(rows(i), 1) for i in range(5)))
+        assert [b.shape[0] for b in session.batches] == [5]
+        await batcher.close()
+
+    run(scenario())
+
+
+def test_arrivals_overlapping_a_running_batch_make_the_next_one_wait_for_more() -> None:
+    async def scenario() -> None:
+        batcher, (session,) = make(BatchingSettings(max_batch_size=3, max_queue_delay_s=30.0))
+        session.gate.clear()
+        first = asyncio.create_task(batcher.submit(rows(0), 1))
+        await asyncio.sleep(0.01)  # the first batch now runs, held at the gate
+        second = asyncio.create_task(batcher.submit(rows(1), 1))
+        await asyncio.sleep(0)
+        window = batcher._queue.window
+        assert window.window_s > 0  # the second would have shared the first batch
+        session.gate.set()
+        await first
+        await asyncio.sleep(0.01)  # the next batch has one row and waits for more
+        assert batcher.pending == 1
+        rest = [asyncio.create_task(batcher.submit(rows(i), 1)) for i in (2, 3)]
+        await asyncio.gather(second, *rest)
+        assert [b.shape[0] for b in session.batches] == [1, 3]
+        assert batcher.dispatch_reasons == {AT_ONCE: 1, FULL: 1}
+        await batcher.close()
+
+    run(scenario())
