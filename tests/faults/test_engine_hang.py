@@ -270,4 +270,7 @@ def test_a_hung_engine_times_out_its_requests_and_the_rest_continue(tmp_path: Pa
     assert patient_status == 200 and ready == 200
     assert code == 0, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
+    # One line for each HTTP timeout (the gRPC door logs its own way).
+    timeouts = [line for line in log.splitlines() if line.startswith(f"504 POST {INFER}: ")]
+    assert len(timeouts) == 3, log[-3000:]
     assert peak < before + (200 << 20)

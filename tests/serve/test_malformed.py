@@ -1,8 +1,9 @@
 """A corpus of malformed Open Inference Protocol requests against a real server.
 
-Every request is answered 4xx with ``{"error": ...}`` over HTTP, or INVALID_ARGUMENT over
-gRPC; none reaches a traceback in the server's log; afterwards the server still serves,
-and its resident memory has grown by no more than a bound.
+Every request is answered 4xx with ``{"error": ...}`` over HTTP (and logged in one line:
+status, method, path, error), or INVALID_ARGUMENT over gRPC; none reaches a traceback in
+the server's log; afterwards the server still serves, and its resident memory has grown
+by no more than a bound.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import orjson
 import psutil
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from turboinfer.serve.request_log import one_line
 
 if TYPE_CHECKING:
     from conftest import Server
@@ -198,12 +201,19 @@ def _valid_http(server: Server) -> int:
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=[case.name for case in CORPUS])
-def test_http_malformed_is_4xx_with_an_error(server: Server, start_rss: int,
-                                              case: Case) -> None:
+def test_http_malformed_is_4xx_with_an_error_and_one_log_line(server: Server, start_rss: int,
+                                                               case: Case) -> None:
+    logged = server.log.stat().st_size
     status, body = server.request("POST", case.path, case.body, case.headers)
     assert 400 <= status < 500, (status, body[:300])
     error = orjson.loads(body)["error"]
     assert isinstance(error, str) and error
+    # The server logs the refusal before it answers: the line is in its log by now.
+    with server.log.open("rb") as log:
+        log.seek(logged)
+        lines = log.read().decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].endswith(one_line(f"{status} POST {case.path}: {error}"))
 
 
 @pytest.fixture(scope="module")

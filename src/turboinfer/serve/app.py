@@ -27,6 +27,7 @@ from turboinfer.errors import (
 from turboinfer.serve.core import ServerCore
 from turboinfer.serve.http_infer import InferEndpoint
 from turboinfer.serve.metrics import CONTENT_TYPE
+from turboinfer.serve.request_log import refused, refused_with
 
 JSON = "application/json"
 
@@ -136,11 +137,13 @@ def create_app(core: ServerCore) -> InferEndpoint:
 
 
 async def _error(request: Request, exc: Exception) -> Response:
+    refused_with(request.method, request.url.path, exc)
     return reply_response(reply_for(exc))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     detail = exc.detail if exc.status_code != 404 else f"no route {request.url.path}"
+    refused(request.method, request.url.path, exc.status_code, str(detail))
     return error_response(str(detail), exc.status_code)
 

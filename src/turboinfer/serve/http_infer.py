@@ -19,6 +19,7 @@ from turboinfer.errors import InvalidInputError, PayloadTooLargeError, Turboinfe
 from turboinfer.serve.body_budget import BodyBudget
 from turboinfer.serve.core import ServerCore
 from turboinfer.serve.protocol import decode_request, encode_response
+from turboinfer.serve.request_log import refused_with
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ class InferEndpoint:
         except Exception as exc:  # the client gets the protocol's error shape either way
             if not isinstance(exc, TurboinferError):
                 log.exception("infer failed")
+            refused_with(scope["method"], scope["path"], exc)
             status, headers, body = error_reply(exc)
         # An explicit length: without it uvicorn would send the body chunked.
         headers = [*headers, (b"content-length", str(len(body)).encode())]
