@@ -9,6 +9,7 @@ by no more than a bound.
 from __future__ import annotations
 
 import gzip
+import socket
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -214,6 +215,30 @@ def test_http_malformed_is_4xx_with_an_error_and_one_log_line(server: Server, st
         lines = log.read().decode().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].endswith(one_line(f"{status} POST {case.path}: {error}"))
+
+
+# Below the protocol: requests the HTTP parser itself rejects (uvicorn answers them).
+UNPARSEABLE = {
+    "request-line": b"GARBAGE\r\n\r\n",
+    "content-length-word": b"POST " + INFER.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Length: abc\r\n\r\n",
+    "header-without-colon": b"POST " + INFER.encode() + b" HTTP/1.1\r\nBad Header\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("raw", UNPARSEABLE.values(), ids=UNPARSEABLE.keys())
+def test_unparseable_http_is_400_with_one_log_line(server: Server, raw: bytes) -> None:
+    logged = server.log.stat().st_size
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while chunk := sock.recv(4096):  # the server closes the connection after it
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    with server.log.open("rb") as log:
+        log.seek(logged)
+        lines = log.read().decode().splitlines()
+    assert len(lines) == 1 and "Invalid HTTP request" in lines[0], lines
 
 
 @pytest.fixture(scope="module")
