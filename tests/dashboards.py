@@ -1,6 +1,12 @@
 """The shipped Grafana dashboards as the tests read them: loaded and checked against the
-dashboard schema, and the metric names their queries use next to the names a real
-server's /metrics page exports."""
+dashboard schema (tests/data/grafana-dashboard.schema.json: Grafana's own key lists,
+typed) and for what a schema cannot say (panels that overlap, ids and refIds used twice,
+unbalanced PromQL), and the metric names their queries use next to the names a real
+server's /metrics page exports.
+
+No JSON schema of Grafana's dashboard model is published on PyPI: grafana-foundation-sdk
+ships typed Python models whose ``from_json`` accepts any value, so the schema here is
+written by hand from those models' keys."""
 
 from __future__ import annotations
 
@@ -20,10 +26,55 @@ SCHEMA = ROOT / "tests" / "data" / "grafana-dashboard.schema.json"
 METRIC_NAME = re.compile(r"\bturboinfer_[a-zA-Z0-9_:]*")
 
 
+GRID_COLUMNS = 24
+BRACKETS = {")": "(", "]": "[", "}": "{"}
+
+
 def load_dashboard(name: str) -> dict[str, Any]:
     doc: dict[str, Any] = orjson.loads((DASHBOARDS / name).read_bytes())
-    jsonschema.validate(doc, orjson.loads(SCHEMA.read_bytes()))
+    check_dashboard(doc)
     return doc
+
+
+def check_dashboard(doc: dict[str, Any]) -> None:
+    """Raise (jsonschema.ValidationError or ValueError) naming what is wrong."""
+    jsonschema.validate(doc, orjson.loads(SCHEMA.read_bytes()))
+    panels = doc["panels"]
+    ids = [p["id"] for p in panels]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"panel ids used twice: {sorted(i for i in ids if ids.count(i) > 1)}")
+    cells: dict[tuple[int, int], str] = {}
+    for panel in panels:
+        grid, title = panel["gridPos"], panel["title"]
+        if grid["x"] + grid["w"] > GRID_COLUMNS:
+            raise ValueError(f"{title!r} reaches past column {GRID_COLUMNS}")
+        for cell in ((x, y) for x in range(grid["x"], grid["x"] + grid["w"])
+                     for y in range(grid["y"], grid["y"] + grid["h"])):
+            if cell in cells:
+                raise ValueError(f"{title!r} overlaps {cells[cell]!r} at {cell}")
+            cells[cell] = title
+        refs = [t["refId"] for t in panel["targets"]]
+        if len(refs) != len(set(refs)):
+            raise ValueError(f"{title!r} uses a refId twice: {refs}")
+        for target in panel["targets"]:
+            _check_brackets(target["expr"], title)
+
+
+def _check_brackets(expr: str, title: str) -> None:
+    """PromQL's brackets balance outside string literals."""
+    stack: list[str] = []
+    quoted = False
+    for char in expr:
+        if char == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif char in "([{":
+            stack.append(char)
+        elif char in BRACKETS and (not stack or stack.pop() != BRACKETS[char]):
+            raise ValueError(f"{title!r}: unbalanced {char!r} in {expr!r}")
+    if stack or quoted:
+        raise ValueError(f"{title!r}: unclosed {stack[-1] if stack else chr(34)!r} in {expr!r}")
 
 
 def exported_names(text: str) -> set[str]:
