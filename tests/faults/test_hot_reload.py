@@ -183,9 +183,15 @@ def test_broken_new_versions_under_load_fail_no_request(tmp_path: Path) -> None:
     assert broken_index["3"][0] == "UNAVAILABLE" and broken_index["3"][1]
     assert "2" not in broken_index  # the newest version alone is wanted: 3 replaced it
     assert broken_metrics == {"1"}  # no series for versions that never served
-    failures = [line for line in log.splitlines() if "failed to load" in line]
-    assert len([line for line in failures if "version 2" in line]) == 2, log[-3000:]
-    assert len([line for line in failures if "version 3" in line]) == 1, log[-3000:]
+    # One line per failed load (the poller's and the load API's for version 2, the
+    # poller's for version 3), and one for the load API's 422.
+    lines = log.splitlines()
+    assert len([line for line in lines if line.startswith(
+        "model affine version 2 failed to load: ")]) == 2, log[-3000:]
+    assert len([line for line in lines if line.startswith(
+        "model affine version 3 failed to load: ")]) == 1, log[-3000:]
+    assert len([line for line in lines if line.startswith(
+        "422 POST /v2/repository/models/affine/load: ")]) == 1, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
     assert code == 0
     assert peak < before + (300 << 20)
