@@ -24,7 +24,7 @@ version folders, each holding the model file::
                                  # waits.
       preferred_batch_sizes: [8, 16]
       max_queue_size: 1024       # requests beyond this are rejected at once (503)
-      default_timeout_ms: null   # per-request queue timeout when the request sets none
+      default_timeout_ms: null   # a request's deadline (queue and engine) if it sets none
     instances: 1                 # execution instances (threads over sessions)
     engine_settings:
       intra_op_threads: 2

@@ -63,7 +63,7 @@ class InferRequest:
     outputs: list[RequestedOutput] | None = None  # None: every output of the model
     binary_output: bool = False  # default for outputs not listed (HTTP only)
     priority: int = 0  # higher is dequeued first
-    timeout_s: float | None = None  # queue timeout; None: the model's default
+    timeout_s: float | None = None  # deadline (queue and engine); None: the model's default
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
