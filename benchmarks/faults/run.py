@@ -2,7 +2,10 @@
 figures: each scenario test prints one line with its requests sent / answered / failed
 and the server's RSS before / peak / after. Those lines, the figures read from them, the
 machine and its load average are written to ``results.json`` beside this script
-(``--output`` elsewhere); the README's table is read from that file.
+(``--output`` elsewhere); the README's table is read from that file. Beside them, the
+memory peak of decoding a ~10 MB all-JSON tensor request: the server's decoder
+(``decode_request``, msgspec) against the Python-list detour (orjson to lists, then
+numpy), both under tracemalloc.
 
     python benchmarks/faults/run.py
 """
@@ -16,8 +19,15 @@ import re
 import subprocess
 import sys
 import time
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import orjson
+
+from turboinfer.serve.protocol import decode_request
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -72,6 +82,30 @@ def scenario(line: str) -> dict[str, Any] | None:
     }
 
 
+def _peak(decode: Callable[[], Any]) -> int:
+    tracemalloc.start()
+    try:
+        decode()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def json_parsing() -> dict[str, Any]:
+    """Peak traced memory decoding the body of tests/serve/test_body_limits.py's JSON
+    case (60,000 rows of 16 FP32), as bytes and as a multiple of the body."""
+    data = np.random.default_rng(0).random((60_000, 16)).astype(np.float32).round(4)
+    body = orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32",
+                                     "shape": [60_000, 16], "data": data.tolist()}]})
+    peaks = {
+        "decode_request": _peak(lambda: decode_request(body, None)),
+        "orjson_lists_then_numpy": _peak(lambda: np.asarray(
+            orjson.loads(body)["inputs"][0]["data"], np.float32)),
+    }
+    return {"body_bytes": len(body), "peak_bytes": peaks,
+            "peak_over_body": {k: round(v / len(body), 1) for k, v in peaks.items()}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=HERE / "results.json")
@@ -92,6 +126,7 @@ def main() -> int:
         "pytest_exit_code": run.returncode,
         "pytest_summary": (run.stdout.strip().splitlines() or [""])[-1],
         "scenarios": scenarios,
+        "json_parsing": json_parsing(),
     }
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     for item in scenarios:
