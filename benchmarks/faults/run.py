@@ -7,7 +7,8 @@ memory peak of decoding a ~10 MB all-JSON tensor request: the server's decoder
 (``decode_request``, msgspec) against the Python-list detour (orjson to lists, then
 numpy), both under tracemalloc.
 
-    python benchmarks/faults/run.py
+    python benchmarks/faults/run.py            # run, write results.json, print the table
+    python benchmarks/faults/run.py --table    # the README's table from results.json
 """
 
 from __future__ import annotations
@@ -106,10 +107,31 @@ def json_parsing() -> dict[str, Any]:
             "peak_over_body": {k: round(v / len(body), 1) for k, v in peaks.items()}}
 
 
+def table(result: dict[str, Any]) -> str:
+    """The README's Markdown table of the scenarios' figures."""
+    rows = ["| scenario | sent | answered | failed | server RSS MiB before / peak / after |",
+            "|---|---|---|---|---|"]
+    for item in result["scenarios"]:
+        rss = item["rss_mib"]
+        memory = f"{rss['before']} / {rss['peak']} / {rss['after']}" if rss else "-"
+        rows.append(f"| {item['name']} | {item['sent']} | {item['answered']} | "
+                    f"{item['failed']} | {memory} |")
+    parsing = result["json_parsing"]
+    rows += ["", f"JSON body of {parsing['body_bytes'] / 1e6:.1f} MB: peak "
+             + ", ".join(f"{name} {peak / 1e6:.0f} MB ({parsing['peak_over_body'][name]}x)"
+                         for name, peak in parsing["peak_bytes"].items())]
+    return "\n".join(rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=HERE / "results.json")
+    parser.add_argument("--table", action="store_true",
+                        help="print the table from --output and run nothing")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(args.output.read_text())))
+        return 0
     load_before = os.getloadavg()
     start = time.perf_counter()
     run = subprocess.run(COMMAND, cwd=ROOT, capture_output=True, text=True)
@@ -132,6 +154,7 @@ def main() -> int:
     for item in scenarios:
         print(item["line"])
     print(f"{result['pytest_summary']}; written to {args.output}")
+    print(table(result))
     if run.returncode != 0:
         print(run.stdout[-5000:], run.stderr[-2000:], sep="\n", file=sys.stderr)
     return run.returncode
