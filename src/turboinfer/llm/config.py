@@ -154,8 +154,20 @@ class EngineConfig:
     # Batch size MKL packs fp32 weights for (0: none; weights are still stored
     # transposed). See llm/kernels.py.
     packed_batch_hint: int = 16
+    # Mixture-of-experts models: 0 keeps every expert resident; more bounds the experts
+    # in memory (GiB) and loads the rest from the checkpoint on demand (llm/experts.py).
+    expert_memory_gb: float = 0.0
+    expert_prefetch: bool = True
+    # Worker processes one model runs across (llm/parallel/): attention heads and MLP
+    # channels split over tensor_parallel ranks, experts over expert_parallel ranks.
+    tensor_parallel: int = 1
+    expert_parallel: int = 1
 
     def __post_init__(self) -> None:
+        if self.expert_memory_gb < 0:
+            raise ConfigError("expert_memory_gb must be >= 0")
+        if self.tensor_parallel < 1 or self.expert_parallel < 1:
+            raise ConfigError("tensor_parallel and expert_parallel must be >= 1")
         if self.block_size < 1:
             raise ConfigError("block_size must be >= 1")
         if self.max_num_seqs < 1:
