@@ -111,6 +111,7 @@ def test_scales_up_under_load_and_down_when_quiet(
     assert "(low_rate)" in down and "< 5 qps" in down
 
 
+@pytest.mark.slow
 def test_constant_overload_settles_then_makes_no_more_events(
         tmp_path: Path, model_files: dict[str, Path]) -> None:
     async def scenario() -> None:

@@ -140,6 +140,7 @@ def test_a_reload_that_fails_after_idle_fails_the_waiting_request(
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_idle_unload_over_http(tmp_path: Path, model_files: dict[str, Path],
                                launch: Callable[..., Server]) -> None:
     root = tmp_path / "repo"
