@@ -16,6 +16,7 @@ from turboinfer.llm.engine import LLMEngine
 from turboinfer.llm.kernels import KernelChoice, select_kernels
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.placement import Placement
 from turboinfer.llm.sampling_params import SamplingParams
 from turboinfer.llm.sequence import Sequence
 from turboinfer.llm.tokenizer import Tokenizer
@@ -71,6 +72,8 @@ class LLM:
                                           ngram_size=ngram or base.ngram_size)
         if draft is not None and self.config.ngram_size:
             raise InvalidInputError("choose one of a draft model and n-gram drafting")
+        # Offloaded experts or several processes: the target loads its own way.
+        self.placement = Placement(folder, self.config)
         # Kernels are timed at the thread count the engine will run with.
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
@@ -83,9 +86,10 @@ class LLM:
                        else None)
         self.engine = LLMEngine(self.model, self.config, tokenizer=self.tokenizer,
                                 draft=draft_model)
+        self.placement.attach(self.engine)
 
     def _load(self, folder: Path, quant: QuantMode, choices: list[KernelChoice]) -> LlamaModel:
-        model = load_model(folder)
+        model = self.placement.take_model() or load_model(folder)
         choices += select_kernels(model, quant, group_size=self.config.quant_group_size)
         return model
 

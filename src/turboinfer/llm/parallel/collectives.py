@@ -1,0 +1,67 @@
+"""The process group and the two collectives the parallel model needs.
+
+Ranks meet on 127.0.0.1 at a free port. gloo carries CPU tensors (this engine runs on
+the CPU); NCCL is the backend for CUDA tensors, chosen by the device the model is on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+# Workers wait for the next step inside a broadcast for as long as the server idles, so
+# the collective timeout is long; a dead rank-0 process is noticed by the worker's
+# watchdog (group.py) instead.
+IDLE_TIMEOUT = datetime.timedelta(days=7)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _loopback_interface() -> str | None:
+    return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+
+
+def backend_for(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def init_group(rank: int, world: int, port: int, device: torch.device) -> None:
+    """Join the group of ``world`` ranks meeting at 127.0.0.1:``port``."""
+    loopback = _loopback_interface()
+    if loopback is not None:
+        # gloo otherwise uses the address the hostname resolves to, which may not be
+        # reachable from a sandbox; every rank is on this machine.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)
+    dist.init_process_group(backend_for(device), init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world, timeout=IDLE_TIMEOUT)
+
+
+def broadcast_step(payload: Any) -> Any:
+    """Rank 0 sends ``payload`` (a step's inputs, or None to stop); every rank returns it."""
+    box = [payload]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class AllReduce(nn.Module):
+    """Sums the wrapped module's output over the ranks: the one all-reduce that ends a
+    row-parallel projection or a block whose experts are split over the ranks."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args: Any) -> torch.Tensor:
+        out: torch.Tensor = self.inner(*args)
+        dist.all_reduce(out)
+        return out

@@ -1,0 +1,102 @@
+"""Rank 0 (this process: scheduler, sampler, engine) and its worker processes.
+
+``ParallelGroup.start`` spawns ranks 1..N-1, joins the group as rank 0 and shards the
+model for itself; ``attach`` makes the engine's runner broadcast each step's inputs
+before running the step, so every rank runs the same forward on its shard. Workers
+(``worker.py``) keep their own KV cache (their share of the heads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence as Seq
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from turboinfer.errors import ConfigError
+from turboinfer.llm.config import EngineConfig, ModelConfig
+from turboinfer.llm.engine import LLMEngine
+from turboinfer.llm.loader import load_model
+from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.parallel.collectives import broadcast_step, free_port, init_group
+from turboinfer.llm.parallel.sharding import check_layout, shard_model
+from turboinfer.llm.runner import ModelRunner, StepItem
+
+CPU = torch.device("cpu")
+
+
+def world_size(config: EngineConfig) -> int:
+    return max(config.tensor_parallel, config.expert_parallel)
+
+
+def load_shard(folder: Path, config: EngineConfig, rank: int) -> LlamaModel:
+    full = load_model(folder)
+    check_layout(full.config, config.tensor_parallel, config.expert_parallel)
+    return shard_model(full, rank, config.tensor_parallel, config.expert_parallel)
+
+
+class BroadcastingRunner(ModelRunner):
+    """Rank 0's runner: sends the step's inputs to the workers, then runs its shard."""
+
+    def __init__(self, inner: ModelRunner) -> None:
+        self.__dict__.update(inner.__dict__)
+
+    def run(self, items: Seq[StepItem]) -> torch.Tensor:
+        broadcast_step(list(items))
+        return super().run(items)
+
+
+class ParallelGroup:
+    """The workers of one model run across ``world`` processes, seen from rank 0."""
+
+    def __init__(self, folder: Path, config: EngineConfig) -> None:
+        self.world = world_size(config)
+        if config.expert_memory_gb:
+            raise ConfigError("expert offload runs in one process; drop --expert-memory-gb "
+                              "or the parallel flags")
+        if dist.is_initialized():
+            raise ConfigError("a parallel model is already running in this process")
+        # Refuse a split the shape cannot take before any process starts.
+        check_layout(ModelConfig.from_file(Path(folder) / "config.json"),
+                     config.tensor_parallel, config.expert_parallel)
+        port = free_port()
+        settings = json.dumps(dataclasses.asdict(config), default=str)
+        # Fresh interpreters (not fork: torch's threads; not multiprocessing's spawn: it
+        # re-imports the caller's __main__).
+        self.workers = [subprocess.Popen(
+            [sys.executable, "-m", "turboinfer.llm.parallel.worker", str(rank),
+             str(self.world), str(port), str(folder), str(os.getpid()), settings])
+            for rank in range(1, self.world)]
+        self._closed = False
+        try:
+            init_group(0, self.world, port, CPU)
+            self.model = load_shard(folder, config, 0)
+            dist.barrier()
+        except BaseException:
+            self.close()
+            raise
+
+    def attach(self, engine: LLMEngine) -> None:
+        engine.runner = BroadcastingRunner(engine.runner)
+
+    def close(self) -> None:
+        """Stop the workers (they finish the step in flight first); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if dist.is_initialized():
+            if all(p.poll() is None for p in self.workers):
+                broadcast_step(None)
+            dist.destroy_process_group()
+        for proc in self.workers:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

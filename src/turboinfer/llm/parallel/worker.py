@@ -1,0 +1,70 @@
+"""A worker rank: ``python -m turboinfer.llm.parallel.worker RANK WORLD PORT FOLDER
+PARENT_PID SETTINGS_JSON``. It joins the group, loads its shard, then runs every step
+rank 0 broadcasts until rank 0 sends None, and exits if rank 0 disappears."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from turboinfer.llm.attention import AttentionBatch, KVCache
+from turboinfer.llm.config import EngineConfig, QuantMode
+from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.parallel.collectives import broadcast_step, init_group
+from turboinfer.llm.parallel.group import CPU, load_shard
+from turboinfer.llm.quant import quantize_model
+from turboinfer.llm.runner import StepItem
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)  # rank 0 is gone: nothing will ever send the next step
+        time.sleep(1.0)
+
+
+@torch.inference_mode()
+def _forward(model: LlamaModel, kv_cache: KVCache, items: list[StepItem]) -> None:
+    batch = AttentionBatch.build(starts=[it.start for it in items],
+                                 query_lens=[len(it.token_ids) for it in items],
+                                 block_tables=[it.block_table for it in items],
+                                 block_size=kv_cache.block_size)
+    ids = torch.tensor([t for it in items for t in it.token_ids], dtype=torch.long)
+    model(ids, batch.positions, batch, kv_cache)
+
+
+def worker_main(rank: int, world: int, port: int, folder: str, config: EngineConfig,
+                parent: int) -> None:
+    """A worker rank: join, shard, then run every broadcast step until told to stop."""
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    init_group(rank, world, port, CPU)
+    model = load_shard(Path(folder), config, rank)
+    if config.quant is not QuantMode.NONE:
+        quantize_model(model, config.quant, group_size=config.quant_group_size)
+    kv_cache = model.allocate_kv_cache(config.total_blocks, config.block_size)
+    dist.barrier()
+    while (items := broadcast_step(None)) is not None:
+        _forward(model, kv_cache, items)
+    dist.destroy_process_group()
+
+
+def main(argv: list[str]) -> int:
+    rank, world, port, folder, parent, settings = argv
+    data = json.loads(settings)
+    data["quant"] = QuantMode(data["quant"])
+    data["draft_quant"] = QuantMode(data["draft_quant"])
+    worker_main(int(rank), int(world), int(port), folder, EngineConfig(**data), int(parent))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
