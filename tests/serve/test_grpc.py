@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from test_malformed import GRPC_CORPUS
+from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+
+from turboinfer.serve.request_log import one_line
 
 if TYPE_CHECKING:
     from conftest import Server
@@ -66,3 +71,38 @@ def test_repository(client: grpcclient.InferenceServerClient) -> None:
     assert not client.is_model_ready("slow")
     client.load_model("slow")
     assert client.is_model_ready("slow")
+
+
+def _new_log_lines(server: Server, since: int) -> list[str]:
+    with server.log.open("rb") as log:
+        log.seek(since)
+        return log.read().decode().splitlines()
+
+
+def test_bytes_that_are_no_protobuf_are_invalid_argument_with_one_log_line(
+        server: Server) -> None:
+    since = server.log.stat().st_size
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(b"\xff\xff\xff\xff not a protobuf", timeout=30)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a ModelInferRequest" in (caught.value.details() or "")
+    lines = _new_log_lines(server, since)
+    assert len(lines) == 1 and "INVALID_ARGUMENT gRPC ModelInfer" in lines[0], lines
+
+
+def test_each_malformed_request_gets_invalid_argument_and_one_log_line(
+        server: Server) -> None:
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for name, request in GRPC_CORPUS:
+            since = server.log.stat().st_size
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.ModelInfer(request, timeout=30)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, name
+            lines = _new_log_lines(server, since)
+            assert len(lines) == 1, (name, lines)
+            assert lines[0].endswith(one_line(
+                f"INVALID_ARGUMENT gRPC ModelInfer: {caught.value.details()}")), name
+    assert "Traceback" not in server.log.read_text()

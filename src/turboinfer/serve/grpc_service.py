@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from turboinfer.errors import ConfigError, InvalidInputError, TurboinferError, reply_for
@@ -31,8 +32,11 @@ from turboinfer.serve.protocol import (
     raw_bytes,
     tensor_spec,
 )
+from turboinfer.serve.request_log import log as request_log
+from turboinfer.serve.request_log import logged, one_line
 
 log = logging.getLogger(__name__)
+SERVICE = "inference.GRPCInferenceService"
 # Typed (non-raw) contents fields by datatype, for clients that do not send raw bytes.
 _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
              "INT32": "int_contents", "INT64": "int64_contents", "UINT8": "uint_contents",
@@ -42,16 +46,30 @@ _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_cont
 T = TypeVar("T")
 
 
-async def _guard(context: grpc.aio.ServicerContext, call: Callable[[], Awaitable[T]]) -> T:
-    """Run ``call``; a failure aborts the RPC with the code ``reply_for`` gives it."""
+async def _guard(context: grpc.aio.ServicerContext, call: Callable[[], Awaitable[T]],
+                 method: str = "") -> T:
+    """Run ``call``; a failure aborts the RPC with the code ``reply_for`` gives it. A
+    request refused as the client's fault gets one log line (as on HTTP), a failure of
+    the server's own its traceback."""
     try:
         return await call()
     except Exception as exc:
+        reply = reply_for(exc)
         if not isinstance(exc, TurboinferError):
             log.exception("gRPC call failed")
-        reply = reply_for(exc)
+        elif logged(reply.http_status):
+            request_log.warning("%s", one_line(f"{reply.grpc_code} gRPC {method}: "
+                                               f"{reply.message}"))
         await context.abort(grpc.StatusCode[reply.grpc_code], reply.message)
         raise  # abort raises; this line only satisfies the type checker
+
+
+def parse_infer(data: bytes) -> Any:
+    """The ModelInferRequest in ``data``; bytes that are not one are the client's fault."""
+    try:
+        return service_pb2.ModelInferRequest.FromString(data)
+    except DecodeError as exc:
+        raise InvalidInputError(f"the request is not a ModelInferRequest: {exc}") from None
 
 
 def decode_infer(request: Any) -> InferRequest:
@@ -162,7 +180,20 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             served, outputs = await self.core.infer(request.model_name,
                                                     request.model_version or None, decoded)
             return encode_infer(served.name, served.label, decoded, outputs)
-        return await _guard(context, call)
+        return await _guard(context, call, "ModelInfer")
+
+    async def model_infer_bytes(self, data: bytes, context: Any) -> bytes:
+        """ModelInfer on the wire's bytes: parsed here, so a body that is no protobuf
+        gets INVALID_ARGUMENT (grpc's own deserializer would fail the call with a
+        traceback in the log)."""
+        async def call() -> bytes:
+            request = parse_infer(data)
+            decoded = decode_infer(request)
+            served, outputs = await self.core.infer(request.model_name,
+                                                    request.model_version or None, decoded)
+            response = encode_infer(served.name, served.label, decoded, outputs)
+            return bytes(response.SerializeToString())
+        return await _guard(context, call, "ModelInfer")
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         return json_format.ParseDict({"models": self.core.repository_index()},
@@ -186,10 +217,32 @@ async def start_grpc(core: ServerCore, host: str, port: int) -> tuple[Any, int]:
     limit = core.settings.max_body_bytes
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", -1)])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(core), server)
+    _register(server, InferenceService(core))
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError:
         raise ConfigError(f"cannot listen on {host}:{port} for gRPC (port in use?)") from None
     await server.start()
     return server, bound
+
+
+class _Handlers:
+    """Stands in for the server while the generated code registers the service, to
+    collect its method handlers: ModelInfer's is then replaced by the bytes one."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None: ...
+
+    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
+        self.handlers = dict(handlers)
+
+
+def _register(server: Any, service: InferenceService) -> None:
+    collected = _Handlers()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, collected)
+    handlers = collected.handlers
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(service.model_infer_bytes)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
