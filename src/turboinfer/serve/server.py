@@ -12,6 +12,7 @@ responses.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 
 # After the drain: seconds the listeners get to write responses that are on their way.
 _FLUSH_GRACE_S = 1
+# An instance thread (after its engine run) and gRPC's poller thread each need the GIL
+# back from a busy event loop, which holds it until the forced switch: 5 ms by default,
+# the p99 of both hops under load when measured. 0.5 ms bounds that wait.
+_SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,11 @@ async def serve(settings: ServerSettings, on_ready: Callable[[Bound], None] | No
         if not await _load_unless_stopped(core, _initial(settings), stop):
             raise LoadingInterrupted
         core.started = True
+        # What is alive now (modules, torch, sessions: ~200,000 objects) lives as long as
+        # the server; frozen, a full collection no longer walks it (~100 ms that stalled
+        # every request in flight).
+        gc.freeze()
+        sys.setswitchinterval(_SWITCH_INTERVAL_S)
         if settings.model_control is ModelControl.POLL:
             background.append(asyncio.create_task(_poll(core)))
         if on_ready is not None:
