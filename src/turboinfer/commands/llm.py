@@ -56,7 +56,21 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-cache-tokens", type=positive_int,
                         default=ENGINE_DEFAULTS["kv_cache_tokens"],
                         help="KV-cache capacity in tokens, over all requests")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
+    parser.add_argument("--expert-memory-gb", type=float, default=0.0, metavar="GIB",
+                        help="MoE models: keep at most this many GiB of experts in memory "
+                             "and load the others from the checkpoint on demand (0: all "
+                             "resident)")
+    parser.add_argument("--no-expert-prefetch", action="store_true",
+                        help="with --expert-memory-gb: load experts only when a layer "
+                             "needs them, not ahead from the previous layer's routing")
+    parser.add_argument("--tensor-parallel", type=positive_int, default=1, metavar="N",
+                        help="split attention heads and MLP channels over N processes")
+    parser.add_argument("--expert-parallel", type=positive_int, default=1, metavar="N",
+                        help="MoE models: split the experts over N processes (equal to "
+                             "--tensor-parallel when both are given)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads (0: the count measured fastest at load, among 1 "
+                             "up to the cores this process may use)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,7 +125,10 @@ def _build(args: argparse.Namespace, **engine: Any) -> LLM:
                           num_speculative_tokens=args.num_speculative,
                           speculative_max_batch=args.speculative_max_batch,
                           num_threads=max(args.threads, 0), quant_group_size=args.group_size,
-                          **engine)
+                          expert_memory_gb=args.expert_memory_gb,
+                          expert_prefetch=not args.no_expert_prefetch,
+                          tensor_parallel=args.tensor_parallel,
+                          expert_parallel=args.expert_parallel, **engine)
     draft = demo_model_dir("draft") if args.draft == "demo" else args.draft
     return LLM(args.model, draft=draft, ngram=args.ngram, quant=args.quant, config=config)
 
@@ -139,6 +156,7 @@ def _bench(args: argparse.Namespace) -> int:
     import torch  # why: torch off --help
 
     from turboinfer.llm.bench import BenchSettings, roofline, run_bench  # why: loads torch
+    from turboinfer.llm.placement import placement_report  # why: loads torch
 
     llm = _build(args)
     concurrency = tuple(args.concurrency)
@@ -151,15 +169,20 @@ def _bench(args: argparse.Namespace) -> int:
     roof = (roofline(llm.engine, next(r for r in results if r.concurrency == 1))
             if args.roofline else None)
     threads = torch.get_num_threads()
+    placed = placement_report(llm.model, llm.config, sum(r.output_tokens for r in results))
+    llm.placement.close()
     if args.json:
         print_json({"model": str(args.model or "demo"), "quant": args.quant,
                     "draft": args.draft, "ngram": args.ngram, "threads": threads,
+                    "thread_choice": (llm.thread_choice.to_dict() if llm.thread_choice
+                                      else None),
                     "kernels": [c.to_dict() for c in llm.kernel_choices],
-                    "results": rows,
+                    "results": rows, **placed,
                     **({"roofline": roof.to_dict()} if roof else {})})
         return 0
     print(format_table(BENCH_COLUMNS, [[row[c] for c in BENCH_COLUMNS] for row in rows]))
-    print(f"\nthreads: {threads}; kernels (shape, rows: chosen):")
+    how = "measured fastest" if llm.thread_choice else "as asked"
+    print(f"\nthreads: {threads} ({how}); kernels (shape, rows: chosen):")
     for c in llm.kernel_choices:
         print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: {c.chosen}")
     if roof:

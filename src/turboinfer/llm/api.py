@@ -19,6 +19,7 @@ from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.placement import Placement
 from turboinfer.llm.sampling_params import SamplingParams
 from turboinfer.llm.sequence import Sequence
+from turboinfer.llm.threads import ThreadChoice, choose_threads
 from turboinfer.llm.tokenizer import Tokenizer
 
 DEMO_DIR = Path(__file__).parent / "demo"
@@ -74,11 +75,14 @@ class LLM:
             raise InvalidInputError("choose one of a draft model and n-gram drafting")
         # Offloaded experts or several processes: the target loads its own way.
         self.placement = Placement(folder, self.config)
-        # Kernels are timed at the thread count the engine will run with.
+        # Kernels are timed at the thread count the engine will run with: a fixed
+        # num_threads, or (0) the count measured fastest once the model's shape is known.
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
+        self.thread_choice: ThreadChoice | None = None
         self.kernel_choices: list[KernelChoice] = []
-        self.model = self._load(folder, self.config.quant, self.kernel_choices)
+        self.model = self._load(folder, self.config.quant, self.kernel_choices,
+                                pick_threads=not self.config.num_threads)
         mc = self.model.config
         self.tokenizer = Tokenizer.from_folder(folder, eos_token_ids=mc.eos_token_ids,
                                                bos_token_id=mc.bos_token_id)
@@ -88,8 +92,12 @@ class LLM:
                                 draft=draft_model)
         self.placement.attach(self.engine)
 
-    def _load(self, folder: Path, quant: QuantMode, choices: list[KernelChoice]) -> LlamaModel:
+    def _load(self, folder: Path, quant: QuantMode, choices: list[KernelChoice], *,
+              pick_threads: bool = False) -> LlamaModel:
         model = self.placement.take_model() or load_model(folder)
+        if pick_threads:
+            c = model.config
+            self.thread_choice = choose_threads(c.hidden_size, 2 * c.intermediate_size)
         choices += select_kernels(model, quant, group_size=self.config.quant_group_size)
         return model
 
