@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import atexit
 from pathlib import Path
+from typing import Any
+
+from torch import nn
 
 from turboinfer.llm.config import EngineConfig
 from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.experts import load_offloaded_model
+from turboinfer.llm.experts import load_offloaded_model, moe_report
 from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.parallel import ParallelGroup
+from turboinfer.llm.parallel.collectives import AllReduce
 from turboinfer.llm.parallel.group import world_size
 
 
@@ -41,3 +45,23 @@ class Placement:
     def close(self) -> None:
         if self.group is not None:
             self.group.close()
+
+
+def placement_report(model: nn.Module, config: EngineConfig, output_tokens: int,
+                     ) -> dict[str, Any]:
+    """The MoE counters (load balance, expert cache, prefetch) and the parallel layout
+    with rank 0's all-reduce totals, for ``llm bench --json``."""
+    reduce = AllReduce.stats
+    world = world_size(config)
+    return {
+        "moe": moe_report(model, output_tokens),
+        "parallel": {
+            "tensor_parallel": config.tensor_parallel,
+            "expert_parallel": config.expert_parallel,
+            "processes": world,
+            "backend": "gloo" if world > 1 else None,
+            "all_reduce": reduce.to_dict(),
+            "all_reduce_ms_per_token": (1000 * reduce.seconds / output_tokens
+                                        if output_tokens else 0.0),
+        },
+    }

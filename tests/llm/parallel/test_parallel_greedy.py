@@ -4,17 +4,14 @@ greedy tokens as one process."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
 from llm_helpers import save_random_hf_model, save_word_tokenizer
+from moe_helpers import save_random_moe_model
 
 from turboinfer.errors import ConfigError
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "moe"))
-from moe_helpers import save_random_moe_model  # noqa: E402
 
 PROMPTS = [[5, 17, 99, 3, 42, 7, 64, 1, 2, 88, 31], [9, 8, 7], [100, 1, 50, 2, 60, 3, 70]]
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)

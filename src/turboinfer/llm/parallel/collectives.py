@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -53,9 +55,24 @@ def broadcast_step(payload: Any) -> Any:
     return box[0]
 
 
+@dataclass
+class ReduceStats:
+    """This process's all-reduces: how many, their payload and the time spent in them
+    (waiting for the slowest rank included)."""
+
+    calls: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
 class AllReduce(nn.Module):
     """Sums the wrapped module's output over the ranks: the one all-reduce that ends a
     row-parallel projection or a block whose experts are split over the ranks."""
+
+    stats = ReduceStats()  # one per process: every wrapper of the model adds to it
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
@@ -63,5 +80,10 @@ class AllReduce(nn.Module):
 
     def forward(self, *args: Any) -> torch.Tensor:
         out: torch.Tensor = self.inner(*args)
+        begin = time.perf_counter()
         dist.all_reduce(out)
+        stats = AllReduce.stats
+        stats.seconds += time.perf_counter() - begin
+        stats.calls += 1
+        stats.bytes += out.numel() * out.element_size()
         return out
