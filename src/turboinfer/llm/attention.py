@@ -47,7 +47,9 @@ class AttentionBatch:
     seq_index: torch.Tensor      # [T] which sequence (row of block_tables) a token is in
     query_offset: torch.Tensor   # [T] index of the token within its sequence's chunk
     block_tables: torch.Tensor   # [B, max_blocks]
-    mask: torch.Tensor           # [B, 1, Qmax, L] bool, True where attention is allowed
+    # [B, 1, Qmax, L] float: 0 where attention is allowed, -inf elsewhere. Additive and
+    # built once per step: SDPA would otherwise turn a bool mask into this in every layer.
+    mask: torch.Tensor
     max_query_len: int
 
     @classmethod
@@ -66,9 +68,9 @@ class AttentionBatch:
             slots = [t[p // block_size] * block_size + p % block_size
                      for t, p in zip(block_tables, starts, strict=True)]
             start = torch.tensor(starts, dtype=torch.long)
-            mask = (key_pos[None, :] <= start[:, None])[:, None, None, :]         # [B,1,1,L]
+            allowed = (key_pos[None, :] <= start[:, None])[:, None, None, :]      # [B,1,1,L]
             return cls(start, torch.tensor(slots, dtype=torch.long), torch.arange(num_seqs),
-                       torch.zeros(num_seqs, dtype=torch.long), tables, mask, 1)
+                       torch.zeros(num_seqs, dtype=torch.long), tables, _additive(allowed), 1)
         start = torch.tensor(starts, dtype=torch.long)
         qlens = torch.tensor(query_lens, dtype=torch.long)
         seq_index = torch.repeat_interleave(torch.arange(num_seqs), qlens)  # [T]
@@ -78,8 +80,13 @@ class AttentionBatch:
         slots_t = (tables[seq_index, positions // block_size] * block_size
                    + positions % block_size)
         query_pos = start[:, None] + torch.arange(max_q)[None, :]              # [B, Qmax]
-        mask = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)  # [B,1,Q,L]
-        return cls(positions, slots_t, seq_index, query_offset, tables, mask, max_q)
+        allowed = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)  # [B,1,Q,L]
+        return cls(positions, slots_t, seq_index, query_offset, tables, _additive(allowed),
+                   max_q)
+
+
+def _additive(allowed: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
@@ -112,7 +119,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         queries[batch.seq_index, batch.query_offset] = q            # [B, Qmax, H, D]
     out = F.scaled_dot_product_attention(
         queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-        attn_mask=batch.mask, scale=scale, enable_gqa=num_kv_heads != q.shape[1],
+        attn_mask=batch.mask.to(q.dtype), scale=scale, enable_gqa=num_kv_heads != q.shape[1],
     ).transpose(1, 2)                                               # [B, Qmax, H, D]
     if no_scatter:
         return out.reshape(q.shape)
