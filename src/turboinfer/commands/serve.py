@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from turboinfer.commands._args import comma_list, positive_int
-from turboinfer.scaleout.requires import require_ray
+from turboinfer.scaleout.requires import LOOPBACK_HOSTS, require_ray
 from turboinfer.serve.core import ModelControl, ServerSettings
 from turboinfer.serve.server import Bound
 from turboinfer.serve.server import run as run_server
@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ray.add_argument("--ray-address", default="local", metavar="local|auto|ray://HOST:PORT",
                      help="local: start a Ray instance that stops with this command; auto "
                           "or ray://...: deploy on a running cluster")
+    ray.add_argument("--ray-cpus", type=positive_int, default=None,
+                     help="with a local instance: the CPUs Ray may hand to replicas (default: "
+                          "the usable cores; more oversubscribes them)")
     ray.add_argument("--replicas", type=positive_int, default=None,
                      help="with --ray: a fixed replica count per model (default: the "
                           "entry's autoscaling section, else 1)")
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_on_ray(args: argparse.Namespace) -> int:
-    require_ray()
+    require_ray(loopback=args.ray_address == "local" and args.host in LOOPBACK_HOSTS)
     # Here, not at the top: Ray takes seconds to import, and only --ray needs it.
     from turboinfer.scaleout.cluster import RaySettings
     from turboinfer.scaleout.ray_app import Deployed, serve_repository
@@ -114,13 +117,15 @@ def _run_on_ray(args: argparse.Namespace) -> int:
     def announce(deployed: Deployed) -> None:
         # The same ready line as without --ray (no gRPC), then one line per model.
         print(f"turboinfer serving http={deployed.host}:{deployed.port}", flush=True)
+        print(f"  ray cluster: {deployed.ray_address}", file=sys.stderr)
         for name, plan in deployed.plans.items():
             scaling = (f"autoscaling {plan.min_replicas}..{plan.max_replicas} replicas, "
                        f"target {plan.target_ongoing_requests:g} ongoing requests"
                        if plan.autoscaling else f"{plan.min_replicas} replica(s)")
             print(f"  {name}: {scaling}, {plan.cpus_per_replica} CPU each", file=sys.stderr)
 
-    serve_repository(settings_from(args), RaySettings(address=args.ray_address),
+    serve_repository(settings_from(args), RaySettings(address=args.ray_address,
+                                                         num_cpus=args.ray_cpus),
                      replicas=args.replicas, on_ready=announce)
     print("turboinfer stopped", file=sys.stderr)
     return 0

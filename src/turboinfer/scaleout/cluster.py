@@ -16,7 +16,6 @@ from ray import serve
 from turboinfer.errors import ConfigError
 
 LOCAL = "local"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)
@@ -67,10 +66,9 @@ def ray_serve(settings: RaySettings, host: str, port: int) -> Iterator[tuple[int
     one); yields the port and the signal handling; shuts what it started down on exit."""
     port = port or free_port(host)
     if settings.address == LOCAL:
-        # A local instance on loopback when the server is: nothing listens outside.
-        node_ip = "127.0.0.1" if host in LOOPBACK else None
-        ray.init(address="local", include_dashboard=False, num_cpus=settings.num_cpus,
-                 _node_ip_address=node_ip)
+        # On loopback when the server is (``require_ray(loopback=True)``): nothing of
+        # the local instance then listens outside this machine.
+        ray.init(address="local", include_dashboard=False, num_cpus=settings.num_cpus)
     else:
         try:
             ray.init(address=settings.address)

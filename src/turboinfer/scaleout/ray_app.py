@@ -10,12 +10,15 @@ must see the repository at the same path (a shared volume on a cluster).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ray
 from ray import serve
+from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
 
 from turboinfer.errors import ConfigError
@@ -29,15 +32,30 @@ from turboinfer.serve.core import ServerSettings
 from turboinfer.serve.metrics import usable_cores, weight_bytes
 from turboinfer.serve.sources import scan_directory
 
+log = logging.getLogger(__name__)
+
 APP_NAME = "turboinfer"
 INGRESS = "oip-ingress"
 
 
 class ModelDeployment(ModelReplica):
-    """The replica as Ray runs it: Ray calls ``__del__`` when it stops the replica."""
+    """The replica as Ray runs it: Ray awaits an async constructor (mypy knows only
+    synchronous ones) and calls ``__del__`` when it stops the replica."""
+
+    async def __init__(  # type: ignore[misc]
+            self, repository: str, name: str, settings: ServerSettings) -> None:
+        super().__init__(repository, name, settings)
+        await self.start()
 
     async def __del__(self) -> None:
         await self.shutdown()
+
+
+# Tries of a request whose replica died under it. Every route the ingress forwards is
+# free of side effects (inference, metadata; load and unload are refused), so a request
+# is sent again when its replica was killed or crashed, or when the router had not yet
+# learnt of the death and chose the dead replica.
+REPLICA_TRIES = 3
 
 
 class HandleCaller:
@@ -47,8 +65,16 @@ class HandleCaller:
         self._handle = handle
 
     async def handle(self, request: Forwarded) -> tuple[Reply, list[Event]]:
-        result: tuple[Reply, list[Event]] = await self._handle.handle.remote(request)
-        return result
+        for attempt in range(1, REPLICA_TRIES + 1):
+            try:
+                result: tuple[Reply, list[Event]] = await self._handle.handle.remote(request)
+            except RayActorError:
+                if attempt == REPLICA_TRIES:
+                    raise
+                log.warning("a replica died under a request; sending it again")
+                continue
+            return result
+        raise AssertionError("unreachable")
 
     async def events(self) -> list[Event]:
         result: list[Event] = await self._handle.events.remote()
@@ -70,6 +96,7 @@ class Deployed:
     host: str
     port: int
     plans: dict[str, ReplicaPlan]
+    ray_address: str  # the cluster's GCS address, for `ray` commands and drivers
 
 
 def model_plans(repository: Path, replicas: int | None = None) -> dict[str, ReplicaPlan]:
@@ -135,5 +162,6 @@ def serve_repository(settings: ServerSettings, ray_settings: RaySettings,
                   route_prefix="/")
         stopper.serving()
         if on_ready is not None:
-            on_ready(Deployed(settings.host, port, plans))
+            on_ready(Deployed(settings.host, port, plans,
+                              ray.get_runtime_context().gcs_address))
         stopper.wait()

@@ -42,11 +42,10 @@ class ReplicaSource:
 
 
 class ModelReplica:
-    """Serves one model; built by Ray on each replica (an async constructor loads it)."""
+    """Serves one model; ``start`` loads it (Ray's deployment awaits it in its
+    constructor, see ``ray_app``)."""
 
-    # Ray Serve awaits an async constructor; mypy only knows synchronous ones.
-    async def __init__(  # type: ignore[misc]
-            self, repository: str, name: str, settings: ServerSettings) -> None:
+    def __init__(self, repository: str, name: str, settings: ServerSettings) -> None:
         path = Path(repository) / name
         if not path.is_dir():
             raise ConfigError(f"model folder {path} does not exist on this node")
@@ -57,9 +56,12 @@ class ModelReplica:
         repo = Repository({name: ReplicaSource(path)}, self.metrics,
                           drain_timeout_s=settings.drain_timeout_s)
         self.core = ServerCore(settings, repo, self.metrics)
-        await repo.load(name)  # raises: a replica that cannot serve must not start
-        self.core.started = True
         self.app = create_app(self.core)
+
+    async def start(self) -> ModelReplica:
+        await self.core.repository.load(self.name)  # raises: a replica that cannot
+        self.core.started = True                    # serve must not start
+        return self
 
     async def handle(self, request: Forwarded) -> tuple[Reply, list[Event]]:
         """Answer one forwarded request with the server's own HTTP handlers."""
