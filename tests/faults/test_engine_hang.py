@@ -26,7 +26,7 @@ import onnx
 import orjson
 import psutil
 import pytest
-from fault_helpers import serve_fixtures
+from fault_helpers import RssWatch, serve_fixtures
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -141,27 +141,6 @@ class Steady:
         for thread in self.threads:
             thread.join(CLIENT_TIMEOUT_S)
         return [status for statuses in self.statuses for status in statuses]
-
-
-class RssWatch:
-    """The server's RSS, sampled on a thread until ``stop``."""
-
-    def __init__(self, process: psutil.Process) -> None:
-        self.process = process
-        self.before = self.peak = process.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, self.process.memory_info().rss)
-
-    def stop(self) -> tuple[int, int, int]:
-        self._stop.set()
-        self._thread.join()
-        after = self.process.memory_info().rss
-        return self.before, max(self.peak, after), after
 
 
 def _until(condition: Callable[[], bool], limit_s: float = CLIENT_TIMEOUT_S) -> None:

@@ -23,7 +23,7 @@ import onnx
 import orjson
 import psutil
 import pytest
-from fault_helpers import serve_fixtures
+from fault_helpers import RssWatch, serve_fixtures
 from onnx import TensorProto, helper, numpy_helper
 
 from turboinfer.serve.config import DynamicBatching, ModelConfig, write_entry
@@ -130,8 +130,7 @@ def test_broken_new_versions_under_load_fail_no_request(tmp_path: Path) -> None:
     good = (tmp_path / "v1.onnx").read_bytes()
     server = start_server(root, tmp_path / "server.log", "--model-control", "poll",
                           "--poll-seconds", POLL_S)
-    process = psutil.Process(server.process.pid)
-    peak = before = process.memory_info().rss
+    rss = RssWatch(psutil.Process(server.process.pid))
     try:
         load = Load(server.http_port)
         load.more()
@@ -150,16 +149,14 @@ def test_broken_new_versions_under_load_fail_no_request(tmp_path: Path) -> None:
         _until(lambda: _state(server, "3") == "UNAVAILABLE")
         broken_index = _index(server)
         broken_metrics = _versions_in_metrics(server)
-        peak = max(peak, process.memory_info().rss)
         load.more()
         # Version 4: a good model takes over under the same load.
         write_entry(root, "affine", make_affine_onnx(tmp_path / "v4.onnx", 2.0, 4.0), CONFIG)
         _until(lambda: _state(server, "4") == "READY" and "1" not in _index(server))
         load.more()
         answers = load.finish()
-        peak = max(peak, process.memory_info().rss)
-        after = process.memory_info().rss
     finally:
+        before, peak, after = rss.stop()
         code = server.stop()
     log = server.log.read_text()
     sent = sum(load.sent)
