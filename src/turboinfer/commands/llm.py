@@ -60,6 +60,9 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="MoE models: keep at most this many GiB of experts in memory "
                              "and load the others from the checkpoint on demand (0: all "
                              "resident)")
+    parser.add_argument("--expert-cache-policy", choices=["layer", "lru"], default="layer",
+                        help="with --expert-memory-gb: which expert a full cache drops (layer: "
+                             "the one whose layer runs furthest ahead)")
     parser.add_argument("--no-expert-prefetch", action="store_true",
                         help="with --expert-memory-gb: load experts only when a layer "
                              "needs them, not ahead from the previous layer's routing")
@@ -127,6 +130,7 @@ def _build(args: argparse.Namespace, **engine: Any) -> LLM:
                           num_threads=max(args.threads, 0), quant_group_size=args.group_size,
                           expert_memory_gb=args.expert_memory_gb,
                           expert_prefetch=not args.no_expert_prefetch,
+                          expert_cache_policy=args.expert_cache_policy,
                           tensor_parallel=args.tensor_parallel,
                           expert_parallel=args.expert_parallel, **engine)
     draft = demo_model_dir("draft") if args.draft == "demo" else args.draft

@@ -158,6 +158,9 @@ class EngineConfig:
     # in memory (GiB) and loads the rest from the checkpoint on demand (llm/experts.py).
     expert_memory_gb: float = 0.0
     expert_prefetch: bool = True
+    # Which expert a full cache drops: "layer" (the one needed furthest ahead in the
+    # cycle of layers) or "lru". See llm/experts.py.
+    expert_cache_policy: str = "layer"
     # Worker processes one model runs across (llm/parallel/): attention heads and MLP
     # channels split over tensor_parallel ranks, experts over expert_parallel ranks.
     tensor_parallel: int = 1
@@ -166,6 +169,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.expert_memory_gb < 0:
             raise ConfigError("expert_memory_gb must be >= 0")
+        if self.expert_cache_policy not in ("layer", "lru"):
+            raise ConfigError("expert_cache_policy must be 'layer' or 'lru'")
         if self.tensor_parallel < 1 or self.expert_parallel < 1:
             raise ConfigError("tensor_parallel and expert_parallel must be >= 1")
         if self.block_size < 1:
