@@ -1,9 +1,12 @@
 """Expert offload: a bounded cache of experts over the safetensors file, and a prefetcher.
 
 With ``--expert-memory-gb`` only the non-expert weights are loaded up front. Each sparse
-layer's experts come from one ``ExpertCache`` shared by all layers: an LRU of built
-expert modules holding at most the budget's bytes; the rest stay in the checkpoint,
+layer's experts come from one ``ExpertCache`` shared by all layers: built expert
+modules holding at most the budget's bytes; the rest stay in the checkpoint,
 which ``safe_open`` memory-maps (the page cache, not this process, holds them).
+
+The cache's policy (``CachePolicy``) is LRU or layer-aware: layers run in a fixed
+cycle, so the expert to drop is the one whose layer comes furthest ahead.
 
 The prefetcher guesses layer l+1's experts before layer l's experts run: the residual
 stream entering layer l's expert block, put through layer l+1's norm and router, picks
@@ -18,6 +21,7 @@ loaded experts were prefetched and how many of the predicted experts were then u
 
 from __future__ import annotations
 
+import enum
 import itertools
 import threading
 from collections import OrderedDict
@@ -81,13 +85,33 @@ class _Source:
     name: str
 
 
+class CachePolicy(str, enum.Enum):
+    """Which expert leaves a full cache.
+
+    ``lru``: the least recently used. ``layer``: the one whose layer runs furthest in the
+    future (layers run in a fixed cycle, so that is known), least recently used among
+    equals; an expert needed later than every resident one is not cached at all. On a
+    cycle of layers that does not fit, LRU evicts exactly the experts needed next and
+    hits almost never; ``layer`` keeps a fixed share of the layers resident.
+    """
+
+    LRU = "lru"
+    LAYER = "layer"
+
+
 class ExpertCache:
-    """LRU of expert modules within ``capacity_bytes``, loading misses from the file."""
+    """Expert modules within ``capacity_bytes``, loading misses from the file."""
 
     def __init__(self, config: ModelConfig, sources: dict[Key, dict[str, _Source]],
                  capacity_bytes: int, *, dtype: torch.dtype = torch.float32,
-                 quant: QuantMode = QuantMode.NONE, group_size: int = 32) -> None:
+                 quant: QuantMode = QuantMode.NONE, group_size: int = 32,
+                 policy: CachePolicy = CachePolicy.LAYER) -> None:
         assert config.moe is not None
+        self.policy = policy
+        moe = config.moe
+        sparse = [i for i in range(config.num_hidden_layers) if moe.is_sparse(i)]
+        self._position = {layer: n for n, layer in enumerate(sparse)}
+        self._current = 0           # position of the layer whose experts were last asked for
         self.hidden = config.hidden_size
         self.intermediate = config.moe.expert_intermediate_size
         self.sources = sources
@@ -123,6 +147,18 @@ class ExpertCache:
                    for t in (*module.parameters(), *module.buffers()))
         return module, size, read
 
+    def _distance(self, key: Key) -> int:
+        """Layers until ``key`` is next needed: 1 for the next layer, all of them for the
+        layer running now."""
+        cycle = len(self._position)
+        return (self._position[key[0]] - self._current - 1) % cycle + 1
+
+    def _victim(self) -> Key:
+        if self.policy is CachePolicy.LRU:
+            return next(iter(self._entries))
+        # Furthest next use; max() keeps the first (least recent) among equals.
+        return max(self._entries, key=self._distance)
+
     def _insert(self, key: Key, module: nn.Module, size: int, read: int,
                 prefetched: bool) -> None:
         with self._lock:
@@ -130,7 +166,11 @@ class ExpertCache:
             if key in self._entries:
                 return
             while self._entries and self._used + size > self.capacity:
-                old, (_, old_size) = self._entries.popitem(last=False)
+                old = self._victim()
+                if (self.policy is CachePolicy.LAYER
+                        and self._distance(old) < self._distance(key)):
+                    return  # needed later than anything resident: do not cache it
+                _, old_size = self._entries.pop(old)
                 self._prefetched.discard(old)
                 self._used -= old_size
                 self.stats.evictions += 1
@@ -147,6 +187,8 @@ class ExpertCache:
         waits: dict[Key, Future[nn.Module]] = {}
         missing: list[Key] = []
         with self._lock:
+            if keys:
+                self._current = self._position[keys[0][0]]
             for key in keys:
                 entry = self._entries.get(key)
                 if entry is not None:
@@ -305,7 +347,7 @@ def _open_sources(folder: Path, config: ModelConfig,
 
 def load_offloaded_model(folder: Path, memory_gb: float, *, prefetch: bool = True,
                          quant: QuantMode = QuantMode.NONE, group_size: int = 32,
-                         ) -> LlamaModel:
+                         policy: CachePolicy = CachePolicy.LAYER) -> LlamaModel:
     """A MoE model whose experts stay in the checkpoint behind a ``memory_gb`` cache."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -319,7 +361,7 @@ def load_offloaded_model(folder: Path, memory_gb: float, *, prefetch: bool = Tru
         raise ConfigError("--expert-memory-gb must be > 0")
     sources, dense = _open_sources(folder, config)
     cache = ExpertCache(config, sources, int(memory_gb * GIB), quant=quant,
-                        group_size=group_size)
+                        group_size=group_size, policy=policy)
     sparse = [i for i in range(config.num_hidden_layers) if moe.is_sparse(i)]
     holders = {i: OffloadedExperts(i, moe.num_experts, cache) for i in sparse}
     model = build_model(config, experts_for=dict(holders))

@@ -12,7 +12,7 @@ from torch import nn
 
 from turboinfer.llm.config import EngineConfig
 from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.experts import load_offloaded_model, moe_report
+from turboinfer.llm.experts import CachePolicy, load_offloaded_model, moe_report
 from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.parallel import ParallelGroup
 from turboinfer.llm.parallel.collectives import AllReduce
@@ -31,7 +31,8 @@ class Placement:
             self._model = load_offloaded_model(folder, config.expert_memory_gb,
                                                prefetch=config.expert_prefetch,
                                                quant=config.quant,
-                                               group_size=config.quant_group_size)
+                                               group_size=config.quant_group_size,
+                                               policy=CachePolicy(config.expert_cache_policy))
 
     def take_model(self) -> LlamaModel | None:
         """The target model if it loads its own way (once), else None: load normally."""

@@ -9,7 +9,13 @@ import pytest
 from llm_helpers import make_engine
 
 from turboinfer.errors import ConfigError
-from turboinfer.llm.experts import GIB, expert_cache, load_offloaded_model, moe_report
+from turboinfer.llm.experts import (
+    GIB,
+    CachePolicy,
+    expert_cache,
+    load_offloaded_model,
+    moe_report,
+)
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.sampling_params import SamplingParams
@@ -29,19 +35,21 @@ def run(model: LlamaModel, n: int = 12) -> list[list[int]]:
     return [s.output_token_ids for s in seqs]
 
 
+@pytest.mark.parametrize("policy", list(CachePolicy))
 @pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no_prefetch"])
 def test_half_the_experts_resident_gives_identical_output(qwen2_moe_dir: Path,
-                                                          prefetch: bool) -> None:
+                                                          prefetch: bool,
+                                                          policy: CachePolicy) -> None:
     expected = run(load_model(qwen2_moe_dir))
     total = 2 * 8                                       # 2 sparse layers x 8 experts
     budget_gb = (total // 2) * EXPERT_BYTES / GIB
-    model = load_offloaded_model(qwen2_moe_dir, budget_gb, prefetch=prefetch)
+    model = load_offloaded_model(qwen2_moe_dir, budget_gb, prefetch=prefetch, policy=policy)
     assert run(model) == expected
     cache = expert_cache(model)
     assert cache is not None
     stats = cache.stats
     assert len(cache) <= total // 2 and cache.resident_bytes <= cache.capacity
-    assert stats.misses > 0 and stats.hits > 0 and stats.evictions > 0
+    assert stats.misses > 0 and stats.hits > 0
     assert stats.bytes_loaded >= stats.misses * EXPERT_BYTES
     if prefetch:
         assert stats.predicted > 0 and stats.prefetch_loads > 0
@@ -70,3 +78,18 @@ def test_a_budget_for_every_expert_loads_each_once(qwen2_moe_dir: Path) -> None:
 def test_offload_needs_an_moe_model(tiny_llama_dir: Path) -> None:
     with pytest.raises(ConfigError, match="mixture-of-experts"):
         load_offloaded_model(tiny_llama_dir, 1.0)
+
+
+def test_layer_policy_keeps_layers_resident_where_lru_thrashes(qwen2_moe_dir: Path) -> None:
+    """Two layers cycling through a cache that holds one layer's experts: LRU evicts
+    each layer's experts just before they are needed again; the layer-aware policy keeps
+    one layer resident, so it hits every time that layer runs."""
+    budget_gb = 8 * EXPERT_BYTES / GIB
+    rates = {}
+    for policy in CachePolicy:
+        model = load_offloaded_model(qwen2_moe_dir, budget_gb, prefetch=False, policy=policy)
+        run(model)
+        cache = expert_cache(model)
+        assert cache is not None
+        rates[policy] = cache.stats.hit_rate
+    assert rates[CachePolicy.LAYER] > rates[CachePolicy.LRU]
