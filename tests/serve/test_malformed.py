@@ -217,6 +217,15 @@ def test_http_malformed_is_4xx_with_an_error_and_one_log_line(server: Server, st
     assert lines[0].endswith(one_line(f"{status} POST {case.path}: {error}"))
 
 
+@pytest.mark.parametrize("name", ["binary-size-negative", "binary-size-string",
+                                  "binary-size-bool"])
+def test_a_binary_size_that_is_no_count_is_named_so(server: Server, name: str) -> None:
+    case = next(case for case in CORPUS if case.name == name)
+    status, body = server.request("POST", case.path, case.body, case.headers)
+    assert status == 400
+    assert "binary_data_size must be an integer >= 0" in orjson.loads(body)["error"]
+
+
 # Below the protocol: requests the HTTP parser itself rejects (uvicorn answers them).
 UNPARSEABLE = {
     "request-line": b"GARBAGE\r\n\r\n",

@@ -109,7 +109,10 @@ def _decode_inputs(items: Any, view: memoryview, offset: int
         if nbytes is None:
             inputs[name] = _from_json(name, item.get("data"), dtype, shape, count)
         else:
-            if type(nbytes) is not int or nbytes < 0 or offset + nbytes > len(view):
+            if type(nbytes) is not int or nbytes < 0:
+                raise InvalidInputError(f"input {name!r}: binary_data_size must be an "
+                                        f"integer >= 0, got {nbytes!r}")
+            if offset + nbytes > len(view):
                 raise InvalidInputError(
                     f"input {name!r}: binary_data_size {nbytes} exceeds the binary data "
                     f"left in the body ({len(view) - offset} bytes)")
