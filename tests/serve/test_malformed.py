@@ -14,6 +14,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import grpc
 import numpy as np
@@ -181,6 +182,7 @@ NAMES_AND_PARAMETERS = [
     Case("version-not-integer", _one(), path="/v2/models/affine/versions/x/infer"),
     Case("version-unknown", _one(), path="/v2/models/affine/versions/99/infer"),
     Case("model-unknown", _one(), path="/v2/models/nope/infer"),
+    Case("model-name-with-newline", _one(), path="/v2/models/bad%0Aname/infer"),
 ]
 CORPUS = BAD_JSON + WRONG_TYPES + SHAPES + DATATYPES + BINARY + HEADERS + NAMES_AND_PARAMETERS
 
@@ -213,8 +215,8 @@ def test_http_malformed_is_4xx_with_an_error_and_one_log_line(server: Server, st
     with server.log.open("rb") as log:
         log.seek(logged)
         lines = log.read().decode().splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].endswith(one_line(f"{status} POST {case.path}: {error}"))
+    assert len(lines) == 1, lines  # a newline in the path is escaped, not a second line
+    assert lines[0].endswith(one_line(f"{status} POST {unquote(case.path)}: {error}"))
 
 
 @pytest.mark.parametrize("name", ["binary-size-negative", "binary-size-string",
