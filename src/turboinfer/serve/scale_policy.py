@@ -6,8 +6,9 @@ The two directions read different signals, which is the hysteresis:
   0-1: the CPU utilisation of what the instances were given) averaged over
   ``scale_up_window_s`` reaches ``scale_up_cpu_utilization``, and the cap leaves room;
 - **down** when the request rate over ``scale_down_window_s`` is under
-  ``scale_down_rate_qps`` *and* the remaining instances would stay under the scale-up
-  threshold (busy share x n / (n - 1)), so a removal can never cause the next addition.
+  ``scale_down_rate_qps`` *and* the remaining instances would stay well under the
+  scale-up threshold (busy share x n / (n - 1) at most ``DOWN_BAND`` of it), so a
+  removal cannot cause the next addition even when the measurements wobble.
 
 A constant load that one instance cannot hold therefore adds instances until they keep
 up or the cap is reached, and then nothing changes: its rate stays above the scale-down
@@ -23,6 +24,9 @@ from dataclasses import dataclass
 from turboinfer.serve.config import AutoscalingConfig
 
 UP, DOWN, HOLD = "up", "down", "hold"
+# A removal needs the remaining instances' projected busy share under this fraction of
+# the scale-up threshold: the gap is the hysteresis band (0.56 at the default 0.70).
+DOWN_BAND = 0.8
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,6 @@ def decide(config: AutoscalingConfig, count: int, limit: int, room: int,
         detail = (f"rate {down.rate_qps:.1f} < {config.scale_down_rate_qps:g} qps over "
                   f"{down.seconds:.1f} s, busy {down.utilization:.2f} -> {projected:.2f} "
                   f"on {count - 1}")
-        if projected < threshold:
+        if projected <= DOWN_BAND * threshold:
             return Decision(count - 1, DOWN, "low_rate", detail)
     return None
