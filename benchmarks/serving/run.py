@@ -27,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
@@ -90,8 +91,14 @@ def _mlserver(model: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
 
 
 def _pytriton(model: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
+    # Triton's Python stub links the system libpython, which need not match the venv's
+    # standard library ("'_thread.RLock' object has no attribute '_recursion_count'"):
+    # this interpreter's own libpython goes first.
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
     return _spawn([str(PEERS / "pytriton" / "bin" / "python"),
-                   str(HERE / "peers" / "pytriton_serve.py"), str(model), str(port)], work)
+                   str(HERE / "peers" / "pytriton_serve.py"), str(model), str(port)], work,
+                  env=env)
 
 
 def _ray(model: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
@@ -99,10 +106,11 @@ def _ray(model: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
                    str(model), str(port)], work)
 
 
-def _spawn(command: list[str], work: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+def _spawn(command: list[str], work: Path, cwd: Path | None = None,
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     log = (work / f"{Path(command[1]).stem}.log").open("wb")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
 
 
 SYSTEMS = {

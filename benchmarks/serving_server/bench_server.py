@@ -3,6 +3,8 @@
     python benchmarks/serving_server/bench_server.py overhead [--requests 3000]
     python benchmarks/serving_server/bench_server.py batching [--seconds 15 --clients 32]
     python benchmarks/serving_server/bench_server.py ab --baseline-src OLD/src [--rounds 7]
+    python benchmarks/serving_server/bench_server.py adaptive [--model mlp|digits-cnn]
+        [--baseline-src OLD/src] [--seconds 24 --rounds 4 --clients 32]
 
 ``overhead``: builtin:digits-cnn, one client, batch 1. The engine's in-process p50 (same
 session settings as the server's single instance) against the p50 of the same request
@@ -20,6 +22,13 @@ checkout's and another checkout's (``--baseline-src``, e.g. a ``git worktree`` o
 previous commit), in alternating rounds; per path the median over rounds of each
 server's p50 and their ratio. It is how a change to the server is shown not to cost
 request overhead.
+
+``adaptive``: the adaptive batch window. A small model (the MLP of
+``benchmarks/serving/model.py``, or builtin:digits-cnn), batch-1 HTTP requests from 1
+and N clients, batching on (max batch 32, ``max_queue_delay_ms: 2``) against batching
+off, side by side in alternating windows as in ``batching``; with ``--baseline-src`` also
+the other checkout's server with the same batching configuration (before the adaptive
+window it always waited the whole delay). Written to ``adaptive-MODEL.json``.
 
 Each server is ``python -m turboinfer serve`` on 127.0.0.1 in a subprocess and writes
 a JSON result next to this file.
@@ -52,6 +61,8 @@ HERE = Path(__file__).parent
 BATCHING_ON = ModelConfig(max_batch_size=32,
                           dynamic_batching=DynamicBatching(max_queue_delay_ms=0.0))
 BATCHING_OFF = ModelConfig(max_batch_size=0)
+ADAPTIVE_ON = ModelConfig(max_batch_size=32,
+                          dynamic_batching=DynamicBatching(max_queue_delay_ms=2.0))
 
 
 def start_server(repo: Path, src: Path | None = None
@@ -271,11 +282,11 @@ async def _window(port: int, request: bytes, clients: int, seconds: float
     return latencies, len(errors), time.perf_counter() - start
 
 
-def _stats(port: int) -> dict[str, int]:
+def _stats(port: int, model: str = "resnet18") -> dict[str, int]:
     import http.client
 
     connection = http.client.HTTPConnection("127.0.0.1", port)
-    connection.request("GET", "/v2/models/resnet18/stats")
+    connection.request("GET", f"/v2/models/{model}/stats")
     stats: dict[str, int] = orjson.loads(connection.getresponse().read())["model_stats"][0]
     connection.close()
     return stats
@@ -284,8 +295,9 @@ def _stats(port: int) -> dict[str, int]:
 class Cell:
     """One (server, clients) measurement, accumulated over interleaved windows."""
 
-    def __init__(self, clients: int) -> None:
+    def __init__(self, clients: int, model: str = "resnet18") -> None:
         self.clients = clients
+        self.model = model
         self.latencies: list[float] = []
         self.errors = 0
         self.seconds = 0.0
@@ -293,9 +305,9 @@ class Cell:
         self.executions = 0
 
     def measure(self, port: int, request: bytes, seconds: float) -> None:
-        before = _stats(port)
+        before = _stats(port, self.model)
         latencies, errors, elapsed = asyncio.run(_window(port, request, self.clients, seconds))
-        after = _stats(port)
+        after = _stats(port, self.model)
         self.latencies += latencies
         self.errors += errors
         self.seconds += elapsed
@@ -364,6 +376,66 @@ def batching(args: argparse.Namespace) -> dict[str, object]:
             "p99_ratio_vs_unbatched_1_client": on["p99_ms"] / off_1["p99_ms"]}
 
 
+def _small_model(name: str, folder: Path) -> tuple[Path, np.ndarray]:
+    """The ONNX file and one batch-1 input of the small model ``name``."""
+    if name == "mlp":
+        sys.path.insert(0, str(HERE.parent / "serving"))
+        from model import WIDTHS, write_mlp  # why: the serving benchmarks' own model
+
+        x = np.random.default_rng(0).random((1, WIDTHS[0]), dtype=np.float32)
+        return write_mlp(folder / "mlp.onnx"), x
+    model = resolve_model(f"builtin:{name}")
+    assert model.entry is not None
+    return (model.artifact.onnx_path,
+            np.ascontiguousarray(model.entry.example_inputs(1)["input"]))
+
+
+def adaptive(args: argparse.Namespace) -> dict[str, object]:
+    """Batching on (the adaptive window under a 2 ms bound) against off, at 1 and N
+    clients, windows alternating between the servers; optionally the other checkout's
+    server with the same batching configuration."""
+    clients = (1, args.clients)
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx, x = _small_model(args.model, Path(tmp))
+        request = binary_request(args.model, x)
+        servers = {"on": (ADAPTIVE_ON, None), "off": (BATCHING_OFF, None)}
+        if args.baseline_src is not None:
+            servers["on_baseline"] = (ADAPTIVE_ON, Path(args.baseline_src))
+        cells = {(label, n): Cell(n, args.model) for label in servers for n in clients}
+        ports, processes = {}, []
+        for label, (config, src) in servers.items():
+            write_entry(Path(tmp) / label, args.model, onnx, config)
+            process, ports[label], _ = start_server(Path(tmp) / label, src)
+            processes.append(process)
+        try:
+            labels = list(servers)
+            for round_ in range(args.rounds):
+                order = labels[round_ % len(labels):] + labels[:round_ % len(labels)]
+                for n in clients:
+                    for label in order:
+                        cells[label, n].measure(ports[label], request,
+                                                args.seconds / args.rounds)
+                        print(f"round {round_} {label} {n} clients", flush=True)
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait()
+    summaries = {f"{label}_{n}_clients": cell.summary() for (label, n), cell in cells.items()}
+    on_1, off_1 = summaries["on_1_clients"], summaries["off_1_clients"]
+    on_n, off_n = summaries[f"on_{args.clients}_clients"], summaries[f"off_{args.clients}_clients"]
+    result: dict[str, object] = {
+        "model": args.model, "max_queue_delay_ms": 2.0, "cells": summaries,
+        "on_over_off_throughput_1_client": on_1["throughput_rps"] / off_1["throughput_rps"],
+        f"on_over_off_throughput_{args.clients}_clients":
+            on_n["throughput_rps"] / off_n["throughput_rps"],
+        f"on_over_off_p99_{args.clients}_clients": on_n["p99_ms"] / off_n["p99_ms"]}
+    if args.baseline_src is not None:
+        result["baseline_src"] = str(args.baseline_src)
+        result["on_over_baseline_on_throughput_1_client"] = (
+            on_1["throughput_rps"] / summaries["on_baseline_1_clients"]["throughput_rps"])
+    return result
+
+
 def machine() -> dict[str, object]:
     cpu = profile(engines=False, gpus=False).cpu.model_name or platform.processor()
     return {"cpu": cpu, "cores": available_cores(), "python": platform.python_version(),
@@ -372,21 +444,26 @@ def machine() -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["overhead", "batching", "ab"])
+    parser.add_argument("scenario", choices=["overhead", "batching", "ab", "adaptive"])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3,
                         help="batching, ab: windows per cell, alternating the two servers")
     parser.add_argument("--baseline-src", default=None,
-                        help="ab: the src/ folder of the checkout to compare with")
+                        help="ab, adaptive: the src/ folder of the checkout to compare "
+                             "with")
+    parser.add_argument("--model", choices=["mlp", "digits-cnn"], default="mlp",
+                        help="adaptive: the small model served")
     args = parser.parse_args()
     before = machine()
-    result = {"overhead": overhead, "batching": batching, "ab": ab}[args.scenario](args)
+    result = {"overhead": overhead, "batching": batching, "ab": ab,
+              "adaptive": adaptive}[args.scenario](args)
     output = {"scenario": args.scenario, "machine": before,
               "load_average_1m_after": os.getloadavg()[0], "result": result}
     text = json.dumps(output, indent=2)
-    (HERE / f"{args.scenario}.json").write_text(text + "\n")
+    name = f"adaptive-{args.model}" if args.scenario == "adaptive" else args.scenario
+    (HERE / f"{name}.json").write_text(text + "\n")
     print(text)
 
 

@@ -1,5 +1,8 @@
-"""PyTriton: Triton's server (bundled, CPU) with the ONNX model run by onnxruntime in a
-Python model, dynamic batching up to 32 rows. Usage: pytriton_serve.py MODEL.onnx PORT"""
+"""PyTriton: Triton's server (bundled, CPU) with an ONNX model run by onnxruntime in a
+Python model, dynamic batching up to 32 rows. Tensor names and shapes come from the model.
+
+Usage: pytriton_serve.py MODEL.onnx PORT [NAME [QUEUE_DELAY_US]]   (mlp, 2000 us)
+"""
 
 import sys
 
@@ -12,20 +15,29 @@ from pytriton.triton import Triton, TritonConfig
 options = ort.SessionOptions()
 options.intra_op_num_threads = 2
 session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
+INPUT = session.get_inputs()[0]
+OUTPUT = session.get_outputs()[0]
+name = sys.argv[3] if len(sys.argv) > 3 else "mlp"
+delay_us = int(sys.argv[4]) if len(sys.argv) > 4 else 2000
 
 
 @batch
-def infer(input: np.ndarray) -> dict:
-    return {"output": session.run(None, {"input": input})[0]}
+def infer(**inputs: np.ndarray) -> dict:
+    return {OUTPUT.name: session.run(None, {INPUT.name: inputs[INPUT.name]})[0]}
+
+
+def per_row(shape: list) -> tuple:
+    return tuple(int(d) for d in shape[1:])  # the first axis is the batch
 
 
 port = int(sys.argv[2])
 config = TritonConfig(http_port=port, grpc_port=port + 1, metrics_port=port + 2)
 with Triton(config=config) as triton:
-    triton.bind(model_name="mlp", infer_func=infer,
-                inputs=[Tensor(name="input", dtype=np.float32, shape=(256,))],
-                outputs=[Tensor(name="output", dtype=np.float32, shape=(10,))],
+    triton.bind(model_name=name, infer_func=infer,
+                inputs=[Tensor(name=INPUT.name, dtype=np.float32, shape=per_row(INPUT.shape))],
+                outputs=[Tensor(name=OUTPUT.name, dtype=np.float32,
+                                shape=per_row(OUTPUT.shape))],
                 config=ModelConfig(max_batch_size=32, batcher=DynamicBatcher(
-                    max_queue_delay_microseconds=2000)))
+                    max_queue_delay_microseconds=delay_us)))
     print("ready", flush=True)
     triton.serve()
