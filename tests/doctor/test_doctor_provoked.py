@@ -2,13 +2,14 @@
 URL``: one slow client (client_bound), a busy-loop process pinned to the server's core
 (cpu_contention), and a batch too large for the server's address space (out_of_memory).
 
-Each provocation is generous (a 30 ms think per request against a sub-millisecond model,
+Each provocation is generous (a 10 ms think per request against a sub-millisecond model,
 a hog taking half the server's only core, a 4 GiB output under a 1 GiB allowance), and
 the assertions are on the rule that fired and the evidence it quotes, not on timings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -30,31 +31,60 @@ from onnx import TensorProto, helper, numpy_helper
 from real_server import RealServer, serve_repository
 from turboinfer.doctor import Diagnosis, Finding
 from turboinfer.doctor.api import DoctorRequest, run_doctor
-from turboinfer.load.scenarios import Scenario, ScenarioSettings
-from turboinfer.load.session import LoadSettings, run_load
 from turboinfer.serve.config import ModelConfig, write_entry
 
 pytestmark = pytest.mark.slow  # real servers, real windows of a few seconds
 
 MODEL = "linear"        # the unbatched fixture's model: input [batch, 16]
-THINK_MS = 30.0         # the slow client's CPU work before each request
+THINK_MS = 10.0         # the slow client's CPU work before each request
 WINDOW_S = 3.0
 
-# The slow client: one process, one request at a time, each after THINK_MS of CPU work
-# (the pre-processing of a real client), until it is stopped.
-SLOW_CLIENT = """
-import json, sys, time, urllib.request
+# A client process: THREADS loops, each sending one request at a time after THINK_MS of
+# CPU work (a real client's pre-processing), until it is stopped. It prints "ready" once
+# its first answer is back, so the window opens on a client already sending.
+CLIENT = """
+import json, sys, threading, time, urllib.request
 url, think = sys.argv[1], float(sys.argv[2]) / 1e3
-body = json.dumps({"inputs": [{"name": "input", "shape": [1, 16], "datatype": "FP32",
-                               "data": [0.5] * 16}]}).encode()
-while True:
-    start = time.process_time()
-    while time.process_time() - start < think:
-        pass
-    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        response.read()
+threads, width = int(sys.argv[3]), int(sys.argv[4])
+body = json.dumps({"inputs": [{"name": "input", "shape": [1, width], "datatype": "FP32",
+                               "data": [0.5] * width}]}).encode()
+first = threading.Event()
+
+def loop():
+    while True:
+        start = time.process_time()
+        while time.process_time() - start < think:
+            pass
+        request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+        first.set()
+
+for _ in range(threads):
+    threading.Thread(target=loop, daemon=True).start()
+first.wait()
+print("ready", flush=True)
+threading.Event().wait()
 """
+
+
+@contextlib.contextmanager
+def client(url: str, model: str, *, think_ms: float, threads: int, width: int
+           ) -> Iterator[subprocess.Popen[str]]:
+    """The CLIENT process, sending by the time this yields; killed on exit."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, f"{url}/v2/models/{model}/infer", str(think_ms),
+         str(threads), str(width)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        yield process
+        assert process.poll() is None, "the client stopped during the window"
+    finally:
+        process.kill()
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def findings(diagnosis: Diagnosis) -> dict[str, Finding]:
@@ -62,15 +92,11 @@ def findings(diagnosis: Diagnosis) -> dict[str, Finding]:
 
 
 def test_one_slow_client_is_named_as_the_bottleneck(unbatched: RealServer) -> None:
-    client = subprocess.Popen([sys.executable, "-c", SLOW_CLIENT,
-                               f"{unbatched.http_url}/v2/models/{MODEL}/infer", str(THINK_MS)])
-    try:
+    # A longer window: a slow client on a loaded machine must still send enough requests
+    # for the rule to judge (MIN_REQUESTS).
+    with client(unbatched.http_url, MODEL, think_ms=THINK_MS, threads=1, width=16):
         diagnosis = run_doctor(DoctorRequest(url=unbatched.http_url, model=MODEL,
-                                             window_s=WINDOW_S))
-        assert client.poll() is None, "the slow client stopped during the window"
-    finally:
-        client.kill()
-        client.wait()
+                                             window_s=2 * WINDOW_S))
     found = findings(diagnosis)
     assert "client_bound" in found, diagnosis.to_dict()
     assert "queueing" not in found
@@ -97,29 +123,59 @@ def _pin(pid: int, cores: set[int]) -> None:
             continue  # the thread exited meanwhile
 
 
-def test_a_hog_pinned_to_the_servers_core_is_named(unbatched: RealServer) -> None:
+DEEP, LAYERS = 1024, 8   # the busy model: 8 MatMul+Relu of 1024x1024, a few ms a request
+
+
+def deep_onnx(path: Path) -> Path:
+    """Enough arithmetic per request that a server under load wants its core all the time."""
+    rng = np.random.default_rng(0)
+    nodes, weights, previous = [], [], "input"
+    for i in range(LAYERS):
+        nodes += [helper.make_node("MatMul", [previous, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        weights.append(numpy_helper.from_array(
+            (rng.standard_normal((DEEP, DEEP)) / DEEP**0.5).astype(np.float32), f"w{i}"))
+        previous = f"r{i}"
+    nodes.append(helper.make_node("Identity", [previous], ["output"]))
+    graph = helper.make_graph(
+        nodes, "deep",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", DEEP])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", DEEP])],
+        initializer=weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def busy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    root = tmp_path_factory.mktemp("doctor-busy")
+    write_entry(root / "repo", "deep", deep_onnx(root / "deep.onnx"),
+                ModelConfig(max_batch_size=0))
+    with serve_repository(root / "repo", root / "serve.log") as server:
+        yield server
+
+
+def test_a_hog_pinned_to_the_servers_core_is_named(busy_server: RealServer) -> None:
     if not os.path.exists("/proc/self/schedstat"):
         pytest.skip("this kernel has no schedstat: the server exports no CPU wait")
     everywhere = os.sched_getaffinity(0)
     core = min(everywhere)
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    os.sched_setaffinity(hog.pid, {core})
-    _pin(unbatched.process.pid, {core})
-    settings = LoadSettings(url=unbatched.http_url, model=MODEL, metrics_url="",
-                            min_requests=1, scenario=ScenarioSettings(
-                                scenario=Scenario.CONCURRENCY, concurrency=(4,),
-                                window_s=1.0, max_windows=5, stable_windows=5,
-                                warmup_s=0.5))
-    load = threading.Thread(target=run_load, args=(settings,))
-    load.start()
     try:
-        diagnosis = run_doctor(DoctorRequest(url=unbatched.http_url, model=MODEL,
-                                             window_s=WINDOW_S))
+        os.sched_setaffinity(hog.pid, {core})
+        _pin(busy_server.process.pid, {core})
+        # Four requests always in: the server wants its one core all the window.
+        with client(busy_server.http_url, "deep", think_ms=0, threads=4, width=DEEP) as load:
+            if len(everywhere) > 1:
+                _pin(load.pid, everywhere - {core})
+            diagnosis = run_doctor(DoctorRequest(url=busy_server.http_url, model="deep",
+                                                 window_s=WINDOW_S))
     finally:
-        load.join()
         hog.kill()
         hog.wait()
-        _pin(unbatched.process.pid, everywhere)
+        _pin(busy_server.process.pid, everywhere)
     found = findings(diagnosis)
     assert "cpu_contention" in found, diagnosis.to_dict()
     finding = found["cpu_contention"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from turboinfer.doctor.findings import Finding, Outcome, Rule, Severity
 from turboinfer.doctor.inputs import Inputs
-from turboinfer.doctor.rules.latency import MIN_REQUESTS
+from turboinfer.doctor.rules.latency import MIN_REQUESTS, QUEUE_SHARE
 from turboinfer.doctor.server import ServerWindow
 
 LOW_EFFICIENCY = 0.5       # average batch / max batch
@@ -73,7 +73,9 @@ def _server_waits(server: ServerWindow) -> Outcome:
         return None
     busy = server.requests * request / 1e3 / (server.seconds * max(1, server.instances))
     queue, pending = server.queue_mean_ms or 0.0, server.max_pending or 0.0
-    if busy >= BUSY_SHARE or queue > IDLE_QUEUE_SHARE * request or pending > 1:
+    # Nothing waits behind anything: at most one request in at a time, and the queue time
+    # (a hand-off, with one request in) short of what the queueing rule calls queueing.
+    if busy >= BUSY_SHARE or pending > 1 or queue >= QUEUE_SHARE * request:
         return None
     rate = server.requests / server.seconds
     return Finding(
