@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from turboinfer.commands._args import positive_int
+from turboinfer.errors import ConfigError
+from turboinfer.scaleout.requires import LOOPBACK_HOSTS, require_ray
 
 if TYPE_CHECKING:
     from turboinfer.llm import LLM
+    from turboinfer.llm.server import ServerSettings
 
 HELP = "serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/...)"
 
@@ -44,6 +48,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prefix-caching", action="store_true",
                         help="recompute every prompt instead of reusing the KV blocks of "
                              "prompts that share a prefix")
+    ray = parser.add_argument_group("Ray Serve (the ray extra)")
+    ray.add_argument("--ray", action="store_true",
+                     help="run the server as Ray Serve replicas, each with its own engine, "
+                          "behind one OpenAI-compatible HTTP door")
+    ray.add_argument("--ray-address", default="local", metavar="local|auto|ray://HOST:PORT",
+                     help="local: start a Ray instance that stops with this command; auto "
+                          "or ray://...: deploy on a running cluster")
+    ray.add_argument("--ray-cpus", type=positive_int, default=None,
+                     help="with a local instance: the CPUs Ray may hand to replicas (default: "
+                          "the usable cores)")
+    ray.add_argument("--replicas", type=positive_int, default=1,
+                     help="with --ray: replicas at start and at least")
+    ray.add_argument("--max-replicas", type=positive_int, default=None,
+                     help="with --ray: above --replicas, Ray adds replicas while requests "
+                          "wait for a batch slot (default: --replicas, no autoscaling)")
 
 
 def run(args: argparse.Namespace, build: Callable[..., LLM]) -> int:
@@ -61,6 +80,8 @@ def run(args: argparse.Namespace, build: Callable[..., LLM]) -> int:
     overrides: dict[str, Any] = {"max_num_seqs": args.max_num_seqs}
     if args.no_prefix_caching:
         overrides["enable_prefix_caching"] = False
+    if args.ray:
+        return _run_on_ray(args, build, overrides, settings, model_dir)
     llm = build(args, **overrides)
 
     def announce(bound: Bound) -> None:
@@ -69,5 +90,35 @@ def run(args: argparse.Namespace, build: Callable[..., LLM]) -> int:
               f"model={bound.model_name}", flush=True)
 
     run_server(llm, settings, model_dir, on_ready=announce)
+    print("turboinfer llm server stopped", file=sys.stderr)
+    return 0
+
+
+def _run_on_ray(args: argparse.Namespace, build: Callable[..., LLM],
+                overrides: dict[str, Any], settings: ServerSettings, model_dir: Path) -> int:
+    require_ray(loopback=args.ray_address == "local" and args.host in LOOPBACK_HOSTS)
+    # Here, not at the top: Ray takes seconds to import, and only --ray needs it.
+    from turboinfer.scaleout.cluster import RaySettings
+    from turboinfer.scaleout.ray_llm import DeployedLLM, LLMReplicas, serve_llm
+
+    high = args.max_replicas or args.replicas
+    if high < args.replicas:
+        raise ConfigError(f"--max-replicas {high} is below --replicas {args.replicas}")
+    # Each replica builds its own engine from the same options (plain values only: the
+    # parser's callbacks stay here).
+    options = argparse.Namespace(**{k: v for k, v in vars(args).items() if not callable(v)})
+    replicas = LLMReplicas(replicas=args.replicas, max_replicas=high,
+                           cpus_per_replica=max(1, args.threads))
+
+    def announce(deployed: DeployedLLM) -> None:
+        print(f"turboinfer llm serving http={deployed.host}:{deployed.port} "
+              f"model={deployed.model_name}", flush=True)
+        print(f"  ray cluster: {deployed.ray_address}; {replicas.replicas}.."
+              f"{replicas.max_replicas} replicas", file=sys.stderr)
+
+    serve_llm(functools.partial(build, options, **overrides), settings, model_dir,
+              args.max_num_seqs, replicas, RaySettings(address=args.ray_address,
+                                                       num_cpus=args.ray_cpus),
+              on_ready=announce)
     print("turboinfer llm server stopped", file=sys.stderr)
     return 0

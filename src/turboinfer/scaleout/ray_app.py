@@ -22,7 +22,7 @@ from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
 
 from turboinfer.errors import ConfigError
-from turboinfer.scaleout.cluster import RaySettings, ray_serve
+from turboinfer.scaleout.cluster import LOGGING, RaySettings, ray_serve
 from turboinfer.scaleout.events import Event
 from turboinfer.scaleout.forwarding import Forwarded, Reply
 from turboinfer.scaleout.ingress import OipIngress
@@ -159,7 +159,7 @@ def serve_repository(settings: ServerSettings, ray_settings: RaySettings,
     plans = model_plans(settings.repository, replicas)
     with ray_serve(ray_settings, settings.host, settings.http_port) as (port, stopper):
         serve.run(build_application(settings.repository, settings, plans), name=APP_NAME,
-                  route_prefix="/")
+                  route_prefix="/", logging_config=LOGGING)
         stopper.serving()
         if on_ready is not None:
             on_ready(Deployed(settings.host, port, plans,

@@ -1,0 +1,175 @@
+"""Throughput of one compute-bound model on Ray Serve, 2 replicas of one thread each vs
+1 replica, beside the single-process ``turboinfer serve`` (1 instance, and 2 instances, of one
+thread each), under the same closed-loop load (``turboinfer load --scenario
+concurrency``), on this machine.
+
+    python benchmarks/scaleout/run.py [--rounds 3] [--concurrency 16]
+
+One ``turboinfer serve REPO --ray`` serves the model twice, as two entries whose
+autoscaling section pins the replica count (mlp-r1: 1 replica, mlp-r2: 2); two plain
+``turboinfer serve`` processes serve the 1- and 2-instance entries. All four stay up;
+the rounds visit them in turn (the order rotating each round), so background load on
+this shared machine falls on all of them alike. Raw load reports and the machine go to
+``results.json`` beside this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from turboinfer.serve.config import (
+    AutoscalingConfig,
+    DynamicBatching,
+    EngineSettingsConfig,
+    ModelConfig,
+    write_entry,
+)
+
+HERE = Path(__file__).resolve().parent
+WIDTH, DEPTH = 1024, 64  # 67 M multiply-adds per row: compute-bound once batched
+
+READY = "turboinfer serving"
+
+
+def write_chain(path: Path) -> Path:
+    """``DEPTH`` layers of ``relu(x @ W)`` with one shared ``WIDTH`` x ``WIDTH`` weight
+    (4 MiB, cache-resident): the time goes into arithmetic, not into the server, so the
+    replicas' compute dominates and the serving path's own cost shows as the gap to 2x."""
+    rng = np.random.default_rng(1)
+    weight = (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
+    nodes, previous = [], "input"
+    for i in range(DEPTH):
+        nodes.append(helper.make_node("MatMul", [previous, "w"], [f"m{i}"]))
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"h{i}"]))
+        previous = f"h{i}"
+    nodes.append(helper.make_node("Identity", [previous], ["output"]))
+    graph = helper.make_graph(
+        nodes, "chain",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", WIDTH])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", WIDTH])],
+        initializer=[numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def entry(instances: int = 1, replicas: int | None = None) -> ModelConfig:
+    """One thread per instance, batches of up to 8 rows within 2 ms."""
+    scaling = (AutoscalingConfig(enabled=True, min_instances=replicas, max_instances=replicas)
+               if replicas else AutoscalingConfig())
+    return ModelConfig(max_batch_size=8, instances=instances,
+                       dynamic_batching=DynamicBatching(max_queue_delay_ms=2.0),
+                       engine_settings=EngineSettingsConfig(intra_op_threads=1),
+                       autoscaling=scaling)
+
+
+def start(command: list[str], log: Path) -> tuple[subprocess.Popen[str], int]:
+    with log.open("w") as err:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True,
+                                   env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line.startswith(READY):
+        process.kill()
+        raise RuntimeError(f"{command}: {line!r}\n{log.read_text()[-2000:]}")
+    return process, int(line.split("http=")[1].split()[0].rsplit(":", 1)[1])
+
+
+def load(port: int, model: str, concurrency: int, out: Path) -> dict:
+    subprocess.run([sys.executable, "-m", "turboinfer", "load", f"http://127.0.0.1:{port}",
+                    "--model", model, "--binary", "--scenario", "concurrency",
+                    "--concurrency", str(concurrency), "--window", "3", "--max-windows", "4",
+                    "--warmup", "2", "--timeout", "30", "--quiet", "--no-metrics",
+                    "--output", str(out)], check=True, capture_output=True, timeout=600)
+    return json.loads(out.read_text())
+
+
+def summary(report: dict) -> dict:
+    run = report["runs"][-1]
+    return {"qps": run["qps"], "p50_ms": run["latency"]["p50_ms"],
+            "p99_ms": run["latency"]["p99_ms"], "failed": run["failed"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--output", type=Path, default=HERE / "results.json")
+    args = parser.parse_args()
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    machine = {"cpu": next((line.split(":", 1)[1].strip() for line in cpu.splitlines()
+                            if line.startswith("Model name")), platform.processor()),
+               "cores": os.cpu_count(), "python": platform.python_version()}
+    results: dict = {"machine": machine, "concurrency": args.concurrency, "rounds": []}
+    processes: list[subprocess.Popen[str]] = []
+    with tempfile.TemporaryDirectory(prefix="scaleout-bench-") as tmp:
+        work = Path(tmp)
+        model = write_chain(work / "chain.onnx")
+        ray_repo, one, two = work / "ray", work / "one", work / "two"
+        write_entry(ray_repo, "mlp-r1", model, entry(replicas=1))
+        write_entry(ray_repo, "mlp-r2", model, entry(replicas=2))
+        write_entry(one, "mlp", model, entry(instances=1))
+        write_entry(two, "mlp", model, entry(instances=2))
+        serve = [sys.executable, "-m", "turboinfer", "serve"]
+        try:
+            ray, ray_port = start([*serve, str(ray_repo), "--ray", "--http-port", "0",
+                                   "--ray-cpus", "3"], work / "ray.log")
+            processes.append(ray)
+            single1, port1 = start([*serve, str(one), "--http-port", "0", "--grpc-port",
+                                    "-1", "--model-control", "none"], work / "one.log")
+            processes.append(single1)
+            single2, port2 = start([*serve, str(two), "--http-port", "0", "--grpc-port",
+                                    "-1", "--model-control", "none"], work / "two.log")
+            processes.append(single2)
+            systems = {"ray-1-replica": (ray_port, "mlp-r1"),
+                       "ray-2-replicas": (ray_port, "mlp-r2"),
+                       "serve-1-instance": (port1, "mlp"),
+                       "serve-2-instances": (port2, "mlp")}
+            names = list(systems)
+            for number in range(args.rounds):
+                order = names[number % len(names):] + names[:number % len(names)]
+                record: dict = {"load_average_before": os.getloadavg(), "systems": {}}
+                for name in order:
+                    port, model_name = systems[name]
+                    report = load(port, model_name, args.concurrency,
+                                  work / f"{name}-{number}.json")
+                    record["systems"][name] = {"summary": summary(report), "report": report}
+                    print(f"round {number + 1} {name}: {summary(report)}", flush=True)
+                record["load_average_after"] = os.getloadavg()
+                results["rounds"].append(record)
+                args.output.write_text(json.dumps(results, indent=1) + "\n")
+        finally:
+            for process in processes:
+                process.send_signal(signal.SIGTERM)
+            for process in processes:
+                try:
+                    process.wait(60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+    results["median_qps"] = {name: statistics.median(
+        r["systems"][name]["summary"]["qps"] for r in results["rounds"]) for name in names}
+    results["ratio_per_round_2_vs_1_replica"] = [
+        r["systems"]["ray-2-replicas"]["summary"]["qps"]
+        / r["systems"]["ray-1-replica"]["summary"]["qps"] for r in results["rounds"]]
+    args.output.write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps({k: results[k] for k in ("median_qps", "ratio_per_round_2_vs_1_replica")},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()
