@@ -1,9 +1,11 @@
 """Symptoms provoked for real on a running ``turboinfer serve``, then named by ``doctor
 URL``: one slow client (client_bound), a busy-loop process pinned to the server's core
-(cpu_contention), and a batch too large for the server's address space (out_of_memory).
+(cpu_contention), batches formed without waiting (batch_efficiency), and a batch too
+large for the server's address space (out_of_memory).
 
 Each provocation is generous (a 10 ms think per request against a sub-millisecond model,
-a hog taking half the server's only core, a 4 GiB output under a 1 GiB allowance), and
+a hog taking half the server's only core, 16 clients against max_batch_size 64, a 4 GiB
+output under a 1 GiB allowance), and
 the assertions are on the rule that fired and the evidence it quotes, not on timings.
 """
 
@@ -31,7 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 from real_server import RealServer, serve_repository
 from turboinfer.doctor import Diagnosis, Finding
 from turboinfer.doctor.api import DoctorRequest, run_doctor
-from turboinfer.serve.config import ModelConfig, write_entry
+from turboinfer.serve.config import DynamicBatching, ModelConfig, write_entry
 
 pytestmark = pytest.mark.slow  # real servers, real windows of a few seconds
 
@@ -124,6 +126,8 @@ def _pin(pid: int, cores: set[int]) -> None:
 
 
 DEEP, LAYERS = 1024, 8   # the busy model: 8 MatMul+Relu of 1024x1024, a few ms a request
+BATCH = 64               # deep-batched's max_batch_size, far above its clients' number
+CLIENTS = 16
 
 
 def deep_onnx(path: Path) -> Path:
@@ -150,9 +154,12 @@ def deep_onnx(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def busy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    """``deep`` twice: batching off, and batches of up to BATCH formed without waiting."""
     root = tmp_path_factory.mktemp("doctor-busy")
-    write_entry(root / "repo", "deep", deep_onnx(root / "deep.onnx"),
-                ModelConfig(max_batch_size=0))
+    model = deep_onnx(root / "deep.onnx")
+    write_entry(root / "repo", "deep", model, ModelConfig(max_batch_size=0))
+    write_entry(root / "repo", "deep-batched", model, ModelConfig(
+        max_batch_size=BATCH, dynamic_batching=DynamicBatching(max_queue_delay_ms=0)))
     with serve_repository(root / "repo", root / "serve.log") as server:
         yield server
 
@@ -190,6 +197,28 @@ def test_a_hog_pinned_to_the_servers_core_is_named(busy_server: RealServer) -> N
     # The evidence's ratio is the symptom's two figures divided (they are rounded).
     assert float(per_second[1]) == pytest.approx(waited / ran, rel=0.05, abs=0.02)
     assert finding.fix.startswith("give the server cores of its own: taskset -c")
+
+
+def test_batches_that_do_not_fill_while_requests_wait_are_named(
+        busy_server: RealServer) -> None:
+    """Sixteen clients against max_batch_size 64 with no queue delay: each batch takes
+    what is queued at that instant, the rest wait for the next."""
+    with client(busy_server.http_url, "deep-batched", think_ms=0, threads=CLIENTS,
+                width=DEEP):
+        diagnosis = run_doctor(DoctorRequest(url=busy_server.http_url, model="deep-batched",
+                                             window_s=WINDOW_S))
+    found = findings(diagnosis)
+    assert "batch_efficiency" in found, diagnosis.to_dict()
+    finding = found["batch_efficiency"]
+    match = re.fullmatch(rf"deep-batched: average batch ([\d.]+) of max_batch_size {BATCH} "
+                         r"\((\d+)%\)", finding.symptom)
+    assert match, finding.symptom
+    # Clients with one request each in flight cannot make a batch above their number.
+    assert 1 <= float(match[1]) <= CLIENTS
+    assert abs(int(match[2]) - 100 * float(match[1]) / BATCH) <= 1  # both rounded
+    assert re.fullmatch(r"up to \d+ requests pending while batches averaged [\d.]+ rows",
+                        finding.evidence), finding.evidence
+    assert finding.fix.startswith("config.yaml: dynamic_batching: {max_queue_delay_ms: 5}")
 
 
 WIDTH, WIDE = 16, 1 << 16   # input [batch, 16] -> output [batch, 65536]
