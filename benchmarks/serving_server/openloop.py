@@ -25,6 +25,7 @@ import argparse
 import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -115,6 +116,8 @@ def main() -> None:
     parser.add_argument("--max-trials", type=int, default=7)
     parser.add_argument("--systems", default="current,baseline,baseline_whole,pytriton")
     args = parser.parse_args()
+    # A SIGTERM still stops the servers (their process groups) on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     baseline = args.baseline_src.resolve()
     wanted = args.systems.split(",")
     onnx = resolve_model(f"builtin:{MODEL}").artifact.onnx_path
