@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm.config import QuantMode
 from turboinfer.llm.kernel_candidates import (
     Candidate,
@@ -34,6 +35,7 @@ from turboinfer.llm.kernel_candidates import (
 
 ROW_COUNTS = (1, 16)
 ROUNDS = 5
+MAX_COPIES = 16             # weight copies rotated through, so timing reads from memory
 ROUND_BUDGET_S = 0.01       # per candidate and round; at least one call
 DROP_FACTOR = 4.0           # a candidate this much slower on its first call is not timed on
 
@@ -56,31 +58,50 @@ class KernelChoice:
         return asdict(self)
 
 
-def time_kernels(kernels: dict[str, Kernel], x: torch.Tensor) -> dict[str, float]:
-    """Median milliseconds per call of each kernel on ``x``, in interleaved rounds."""
+def time_kernels(kernels: dict[str, list[Kernel]], x: torch.Tensor) -> dict[str, float]:
+    """Median milliseconds per call of each kernel on ``x``, in interleaved rounds; each
+    call goes to the next of the kernel's copies."""
     per_call = {}
-    for name, kernel in kernels.items():
-        kernel(x)
+    for name, copies in kernels.items():
+        for kernel in copies:
+            kernel(x)
         start = time.perf_counter()
-        kernel(x)
+        copies[0](x)
         per_call[name] = time.perf_counter() - start
-    reps = {n: max(1, int(ROUND_BUDGET_S / max(t, 1e-7))) for n, t in per_call.items()}
+    reps = {n: max(len(kernels[n]), int(ROUND_BUDGET_S / max(t, 1e-7)))
+            for n, t in per_call.items()}
     samples: dict[str, list[float]] = {n: [] for n in kernels}
     for _ in range(ROUNDS):
-        for name, kernel in kernels.items():
+        for name, copies in kernels.items():
             start = time.perf_counter()
-            for _ in range(reps[name]):
-                kernel(x)
+            for i in range(reps[name]):
+                copies[i % len(copies)](x)
             samples[name].append((time.perf_counter() - start) / reps[name])
     return {n: 1e3 * statistics.median(s) for n, s in samples.items()}
+
+
+_LLC_BYTES: list[int] = []
+
+
+def last_level_cache_bytes() -> int:
+    """The L3 of the hardware profile (32 MiB when it does not say), read once."""
+    if not _LLC_BYTES:
+        l3 = read_cpu().caches.l3
+        _LLC_BYTES.append(l3.total_bytes if l3 else 32 * 2**20)
+    return _LLC_BYTES[0]
 
 
 @torch.inference_mode()
 def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tensor | None,
                   rows: int, mode: QuantMode) -> KernelChoice:
-    """Build every candidate for ``weight`` and time it on ``rows`` random rows."""
+    """Build every candidate for ``weight`` and time it on ``rows`` random rows.
+
+    In the model every decode step streams all layers' weights from memory, so a weight
+    smaller than the last-level cache is timed as several copies called in turn (their
+    total twice the cache), not as one copy that stays cached between calls.
+    """
     x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
-    kernels: dict[str, Kernel] = {}
+    kernels: dict[str, list[Kernel]] = {}
     first: dict[str, float] = {}
     dropped: list[str] = []
     for cand in cands:
@@ -95,7 +116,9 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
         if first[cand.name] > DROP_FACTOR * min(first.values()):
             dropped.append(cand.name)
             continue
-        kernels[cand.name] = kernel
+        copies = min(MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / kernel.read_bytes))
+        kernels[cand.name] = [kernel] + [cand.build(weight, bias, rows)
+                                         for _ in range(copies - 1)]
     timings = time_kernels(kernels, x)
     timings.update({n: 1e3 * first[n] for n in dropped})
     chosen = min(kernels, key=timings.__getitem__)
