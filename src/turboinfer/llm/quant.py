@@ -9,7 +9,10 @@ int4 0.09 ms with bf16 inputs, 1.0 ms and 2.8 ms with fp32 inputs, fp32 F.linear
 0.28 ms), so inputs are cast to bf16 for the matmul and the result back to fp32.
 
 Each mode is a handler with two methods, ``quantize`` (float weight -> packed tensors)
-and ``module`` (packed tensors -> a drop-in ``nn.Module``), looked up in a table.
+and ``module`` (packed tensors -> a drop-in ``nn.Module``), looked up in a table. ``LLM``
+itself does not fix the kernel: ``llm/kernels.py`` times these weight-only kernels (with
+bf16 and fp32 activations) against fbgemm's dynamic-int8 linear at load and keeps the
+fastest; the quantization functions here are what all of them share.
 """
 
 from __future__ import annotations
