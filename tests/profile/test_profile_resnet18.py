@@ -7,7 +7,6 @@ the int8-static variant reports the share of its QuantizeLinear/DequantizeLinear
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +90,3 @@ def test_resnet18_int8_static_reports_its_qdq_share(
     assert report["qdq_share"] == pytest.approx(sum(t["share"] for t in qdq))
     assert report["qdq_share"] == pytest.approx(sum(t["ms"] for t in qdq) / report["kernels_ms"])
     assert 0 < report["qdq_share"] < 1
-    # The table a user reads says it too.
-    assert main(["profile", str(resnet18_int8_static), "--runs", "2", "--warmup", "0"]) == 0
-    shown = re.search(r"QDQ share\s+([\d.]+)% of operator time", capsys.readouterr().out)
-    assert shown and float(shown[1]) > 0
