@@ -5,6 +5,7 @@ and an int8 QDQ model shows time in its quantize/dequantize nodes."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ def test_the_table_names_overhead_and_the_hot_ops(capsys: pytest.CaptureFixture[
     assert main(["profile", "builtin:digits-cnn", "--batch-size", "4", *QUICK]) == 0
     out = capsys.readouterr().out
     assert "batch: 4" in out and "framework overhead" in out and "Conv" in out
+    assert re.search(r"QDQ share\s+0\.0% of operator time", out)
 
 
 @pytest.fixture(scope="module")
