@@ -42,14 +42,19 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
              "--max-num-seqs", "4"],
             stdout=subprocess.PIPE, stderr=err, text=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    line = _ready_line(process, timeout_s=300)
-    if not line.startswith("turboinfer llm serving"):
-        process.kill()
-        pytest.fail(f"server did not start: {line!r}\n{log.read_text()[-3000:]}")
+    try:
+        line = _ready_line(process, timeout_s=300)
+        if not line.startswith("turboinfer llm serving"):
+            pytest.fail(f"server did not start: {line!r}\n{log.read_text()[-3000:]}")
+        yield "http://" + re.search(r"http=(\S+)", line).group(1)  # type: ignore[union-attr]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(90)
+        assert process.stdout is not None
+        process.stdout.close()
+    assert code == 0
+    # Announced on stderr after the ready line: two replicas, no autoscaling.
     assert "2..2 replicas" in log.read_text()
-    yield "http://" + re.search(r"http=(\S+)", line).group(1)  # type: ignore[union-attr]
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(90) == 0
 
 
 @pytest.fixture(scope="module")
