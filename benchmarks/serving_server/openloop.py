@@ -9,6 +9,8 @@ builtin:digits-cnn (ONNX) with max batch 32, a 5 ms queue delay and onnxruntime 
 intra-op threads. Rows:
 
 - ``current``: this checkout's server, loaded by this checkout's ``turboinfer load``;
+- ``current_spin``: the same with ``engine_settings: {spin_wait: true}`` (ONNX
+  Runtime's spinning intra-op threads, the previous default);
 - ``baseline``: the previous commit's server, loaded by this checkout's client;
 - ``baseline_whole``: the previous commit's server loaded by its own client (the
   previous commit as a user saw it);
@@ -114,7 +116,8 @@ def main() -> None:
     parser.add_argument("--p99-ms", type=float, default=50.0)
     parser.add_argument("--trial-s", type=float, default=3.0)
     parser.add_argument("--max-trials", type=int, default=7)
-    parser.add_argument("--systems", default="current,baseline,baseline_whole,pytriton")
+    parser.add_argument("--systems",
+                        default="current,current_spin,baseline,baseline_whole,pytriton")
     args = parser.parse_args()
     # A SIGTERM still stops the servers (their process groups) on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -127,10 +130,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="openloop-") as tmp:
         work = Path(tmp)
         write_entry(work / "repo", MODEL, onnx, CONFIG)
-        ports = {"current": 18800, "baseline": 18810, "pytriton": 18820}
+        ports = {"current": 18800, "baseline": 18810, "pytriton": 18820,
+                 "current_spin": 18830}
         processes = {"current": start_turboinfer(work / "repo", SRC, ports["current"], work),
                      "baseline": start_turboinfer(work / "repo", baseline, ports["baseline"],
                                                   work)}
+        if "current_spin" in wanted:
+            spin = CONFIG.model_copy(update={"engine_settings": EngineSettingsConfig(
+                intra_op_threads=2, spin_wait=True)})
+            write_entry(work / "spin", MODEL, onnx, spin)
+            processes["current_spin"] = start_turboinfer(work / "spin", SRC,
+                                                         ports["current_spin"], work)
         if "pytriton" in wanted:
             peer = start_pytriton(onnx, ports["pytriton"], work)
             if peer is None:

@@ -50,6 +50,9 @@ class EngineSettings:
     graph_optimization: GraphOptimization = GraphOptimization.ALL
     memory_arena: bool = True
     device: str = "cpu"
+    # Intra-op threads spin between runs (ONNX Runtime's default): the lowest latency
+    # back to back, but they burn cores that a server's event loop and clients need.
+    spin_wait: bool = True
 
     def __post_init__(self) -> None:
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:

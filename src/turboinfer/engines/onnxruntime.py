@@ -61,6 +61,8 @@ def session_options(settings: EngineSettings) -> ort.SessionOptions:
     )
     options.graph_optimization_level = _GRAPH_LEVELS[settings.graph_optimization]
     options.enable_cpu_mem_arena = settings.memory_arena
+    if not settings.spin_wait:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # errors only: warnings would pollute --json runs
     return options
 

@@ -31,6 +31,10 @@ version folders, each holding the model file::
       execution_mode: sequential # sequential | parallel
       graph_optimization: all    # disabled | basic | extended | all
       memory_arena: true
+      spin_wait: false           # intra-op threads spin between runs (onnxruntime);
+                                 # off by default: on a few cores the spinning threads
+                                 # take the event loop's CPU (benchmarks/serving_server/
+                                 # spin_wait.py)
     version_policy: {latest: 1}  # or {all: true} or {specific: [1, 3]}
     model_file: model.onnx
     canary: null                 # or {version: 3, percent: 10}: that share of requests
@@ -85,6 +89,8 @@ class EngineSettingsConfig(_Strict):
     execution_mode: ExecutionMode = ExecutionMode.SEQUENTIAL
     graph_optimization: GraphOptimization = GraphOptimization.ALL
     memory_arena: bool = True
+    # Off when serving: spinning intra-op threads starve the event loop of its cores.
+    spin_wait: bool = False
 
     def to_settings(self) -> EngineSettings:
         return EngineSettings(**self.model_dump())
