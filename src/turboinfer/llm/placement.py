@@ -15,7 +15,7 @@ from turboinfer.llm.engine import LLMEngine
 from turboinfer.llm.experts import CachePolicy, load_offloaded_model, moe_report
 from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.parallel import ParallelGroup
-from turboinfer.llm.parallel.collectives import AllReduce
+from turboinfer.llm.parallel.collectives import BROADCASTS, AllReduce
 from turboinfer.llm.parallel.group import world_size
 
 
@@ -62,6 +62,7 @@ def placement_report(model: nn.Module, config: EngineConfig, output_tokens: int,
             "processes": world,
             "backend": "gloo" if world > 1 else None,
             "all_reduce": reduce.to_dict(),
+            "step_broadcast": BROADCASTS.to_dict(),
             "all_reduce_ms_per_token": (1000 * reduce.seconds / output_tokens
                                         if output_tokens else 0.0),
         },

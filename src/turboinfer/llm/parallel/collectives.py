@@ -51,7 +51,10 @@ def init_group(rank: int, world: int, port: int, device: torch.device) -> None:
 def broadcast_step(payload: Any) -> Any:
     """Rank 0 sends ``payload`` (a step's inputs, or None to stop); every rank returns it."""
     box = [payload]
+    begin = time.perf_counter()
     dist.broadcast_object_list(box, src=0)
+    BROADCASTS.seconds += time.perf_counter() - begin
+    BROADCASTS.calls += 1
     return box[0]
 
 
@@ -66,6 +69,10 @@ class ReduceStats:
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+# The step broadcasts of this process (bytes not counted: pickled objects).
+BROADCASTS = ReduceStats()
 
 
 class AllReduce(nn.Module):
