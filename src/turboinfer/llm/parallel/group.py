@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from turboinfer.errors import ConfigError
+from turboinfer.errors import ConfigError, ModelLoadError
 from turboinfer.llm.config import EngineConfig, ModelConfig
 from turboinfer.llm.engine import LLMEngine
 from turboinfer.llm.loader import load_model
@@ -71,12 +71,22 @@ class ParallelGroup:
         # re-imports the caller's __main__).
         self.workers = [subprocess.Popen(
             [sys.executable, "-m", "turboinfer.llm.parallel.worker", str(rank),
-             str(self.world), str(port), str(folder), str(os.getpid()), settings])
+             str(self.world), str(port), str(folder), str(os.getpid()), settings],
+            stdout=subprocess.PIPE, text=True)
             for rank in range(1, self.world)]
         self._closed = False
         try:
-            init_group(0, self.world, port, CPU)
             self.model = load_shard(folder, config, 0)
+            # Each worker says "loaded" before joining the group: one that failed to
+            # load exits instead, and rank 0 reports it rather than waiting in the
+            # group's rendezvous for a rank that never comes.
+            for rank, proc in enumerate(self.workers, start=1):
+                assert proc.stdout is not None
+                if proc.stdout.readline().strip() != "loaded":
+                    raise ModelLoadError(f"parallel worker rank {rank} failed to load "
+                                         f"{folder} (exit code {proc.wait()}; its error is "
+                                         "above)")
+            init_group(0, self.world, port, CPU)
             dist.barrier()
         except BaseException:
             self.close()
@@ -100,3 +110,5 @@ class ParallelGroup:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()

@@ -1,6 +1,7 @@
 """A worker rank: ``python -m turboinfer.llm.parallel.worker RANK WORLD PORT FOLDER
-PARENT_PID SETTINGS_JSON``. It joins the group, loads its shard, then runs every step
-rank 0 broadcasts until rank 0 sends None, and exits if rank 0 disappears."""
+PARENT_PID SETTINGS_JSON``. It loads its shard, prints "loaded", joins the group, then
+runs every step rank 0 broadcasts until rank 0 sends None, and exits if rank 0
+disappears."""
 
 from __future__ import annotations
 
@@ -46,11 +47,12 @@ def worker_main(rank: int, world: int, port: int, folder: str, config: EngineCon
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
-    init_group(rank, world, port, CPU)
     model = load_shard(Path(folder), config, rank)
     if config.quant is not QuantMode.NONE:
         quantize_model(model, config.quant, group_size=config.quant_group_size)
     kv_cache = model.allocate_kv_cache(config.total_blocks, config.block_size)
+    print("loaded", flush=True)  # rank 0 waits for this line before the rendezvous
+    init_group(rank, world, port, CPU)
     dist.barrier()
     while (items := broadcast_step(None)) is not None:
         _forward(model, kv_cache, items)
