@@ -18,6 +18,12 @@ intra-op threads. Rows:
   the pyenv libpython first on ``LD_LIBRARY_PATH``: its bundled Python stub otherwise
   loads the system libpython, which does not match the venv's standard library).
 
+Each round also runs every system at one fixed Poisson rate (``--fixed-rate``, below
+all of their capacities) and records the CPU time its processes used per request (the
+server's process group: for PyTriton, the Python process, tritonserver and the Python
+stub): on a machine shared with other jobs, where the p99 bound fails for reasons
+outside the servers, that cost is what bounds each server's rate on given cores.
+
 Raw load reports and the machine go to ``openloop.json`` beside this script.
 """
 
@@ -107,6 +113,39 @@ def maxrate(port: int, client_src: Path, out: Path, args: argparse.Namespace) ->
                       "client_cpu": r["client_cpu"]} for r in report["runs"]]}
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU seconds of every live process in process group ``pgid``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[2]) == pgid:  # field 5 of stat, after the name: the process group
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def fixed_rate(port: int, pgid: int, out: Path, args: argparse.Namespace) -> dict:
+    command = [sys.executable, "-m", "turboinfer", "load", f"http://127.0.0.1:{port}",
+               "--model", MODEL, "--binary", "--scenario", "poisson", "--rate",
+               str(args.fixed_rate), "--duration", "8", "--warmup", "1", "--timeout", "10",
+               "--no-metrics", "--quiet", "--output", str(out)]
+    before = group_cpu_seconds(pgid)
+    subprocess.run(command, env=dict(os.environ, PYTHONPATH=str(SRC)), capture_output=True,
+                   timeout=300, check=False)
+    used = group_cpu_seconds(pgid) - before
+    run = json.loads(out.read_text())["runs"][-1]
+    answered = run["ok"] + args.fixed_rate * 1.0  # and the warm-up's
+    return {"rate": args.fixed_rate, "qps": run["qps"], "p50_ms": run["latency"]["p50_ms"],
+            "p99_ms": run["latency"]["p99_ms"], "send_lag_p99_ms": run["send_lag_p99_ms"],
+            "server_cpu_ms_per_request": 1e3 * used / max(1.0, answered),
+            "load_average_1m": os.getloadavg()[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -116,6 +155,7 @@ def main() -> None:
     parser.add_argument("--p99-ms", type=float, default=50.0)
     parser.add_argument("--trial-s", type=float, default=3.0)
     parser.add_argument("--max-trials", type=int, default=7)
+    parser.add_argument("--fixed-rate", type=float, default=200.0)
     parser.add_argument("--systems",
                         default="current,current_spin,baseline,baseline_whole,pytriton")
     args = parser.parse_args()
@@ -157,9 +197,13 @@ def main() -> None:
                     server = "baseline" if name.startswith("baseline") else name
                     client = baseline if name == "baseline_whole" else SRC
                     found = maxrate(ports[server], client, work / f"{name}-{round_}.json", args)
+                    found["fixed_rate"] = fixed_rate(ports[server], processes[server].pid,
+                                                     work / "fixed.json", args)
                     result["systems"][name].append(found)
                     print(f"round {round_} {name}: max rate {found['max_rate']} req/s "
-                          f"(load {found['load_average_1m_before']:.1f})", flush=True)
+                          f"(load {found['load_average_1m_before']:.1f}), "
+                          f"{found['fixed_rate']['server_cpu_ms_per_request']:.3f} CPU ms "
+                          "per request at the fixed rate", flush=True)
                     (HERE / "openloop.json").write_text(json.dumps(result, indent=1) + "\n")
         finally:
             for process in processes.values():
