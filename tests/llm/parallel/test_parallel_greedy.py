@@ -7,11 +7,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch.distributed
 from llm_helpers import save_random_hf_model, save_word_tokenizer
 from moe_helpers import save_random_moe_model
 
-from turboinfer.errors import ConfigError
+from turboinfer.errors import ConfigError, ModelLoadError
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
+from turboinfer.llm.parallel import group
 
 PROMPTS = [[5, 17, 99, 3, 42, 7, 64, 1, 2, 88, 31], [9, 8, 7], [100, 1, 50, 2, 60, 3, 70]]
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -61,3 +63,20 @@ def test_a_split_the_shape_cannot_take_is_refused_before_starting(llama_dir: Pat
         LLM(llama_dir, config=dataclasses.replace(BASE, tensor_parallel=3))
     with pytest.raises(ConfigError, match="needs a mixture-of-experts model"):
         LLM(llama_dir, config=dataclasses.replace(BASE, expert_parallel=2))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_that_cannot_load_is_reported_not_waited_for(
+        llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers get a folder whose weights are missing (rank 0 loads a good copy):
+    rank 0 names the failed rank instead of waiting for it at the rendezvous."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((llama_dir / "config.json").read_text())
+    real = group.load_shard
+    monkeypatch.setattr(group, "load_shard", lambda _folder, config, rank:
+                        real(llama_dir, config, rank))
+    with pytest.raises(ModelLoadError, match="worker rank 1 failed to load"):
+        group.ParallelGroup(broken, dataclasses.replace(BASE, tensor_parallel=2))
+    assert not torch.distributed.is_initialized()
