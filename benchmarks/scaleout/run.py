@@ -3,10 +3,10 @@
 thread each), under the same closed-loop load (``turboinfer load --scenario
 concurrency``), on this machine.
 
-    python benchmarks/scaleout/run.py [--rounds 3] [--concurrency 16]
+    python benchmarks/scaleout/run.py [--rounds 3] [--concurrency 16] [--rows 1]
 
 One ``turboinfer serve REPO --ray`` serves the model twice, as two entries whose
-autoscaling section pins the replica count (mlp-r1: 1 replica, mlp-r2: 2); two plain
+autoscaling section pins the replica count (chain-r1: 1 replica, chain-r2: 2); two plain
 ``turboinfer serve`` processes serve the 1- and 2-instance entries. All four stay up;
 the rounds visit them in turn (the order rotating each round), so background load on
 this shared machine falls on all of them alike. Raw load reports and the machine go to
@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import psutil
 from onnx import TensorProto, helper, numpy_helper
 
 from turboinfer.serve.config import (
@@ -67,11 +68,11 @@ def write_chain(path: Path) -> Path:
     return path
 
 
-def entry(instances: int = 1, replicas: int | None = None) -> ModelConfig:
-    """One thread per instance, batches of up to 8 rows within 2 ms."""
+def entry(instances: int = 1, replicas: int | None = None, max_batch: int = 8) -> ModelConfig:
+    """One thread per instance, batches of up to ``max_batch`` rows within 2 ms."""
     scaling = (AutoscalingConfig(enabled=True, min_instances=replicas, max_instances=replicas)
                if replicas else AutoscalingConfig())
-    return ModelConfig(max_batch_size=8, instances=instances,
+    return ModelConfig(max_batch_size=max_batch, instances=instances,
                        dynamic_batching=DynamicBatching(max_queue_delay_ms=2.0),
                        engine_settings=EngineSettingsConfig(intra_op_threads=1),
                        autoscaling=scaling)
@@ -89,13 +90,45 @@ def start(command: list[str], log: Path) -> tuple[subprocess.Popen[str], int]:
     return process, int(line.split("http=")[1].split()[0].rsplit(":", 1)[1])
 
 
-def load(port: int, model: str, concurrency: int, out: Path) -> dict:
+def load(port: int, model: str, concurrency: int, rows: int, out: Path) -> dict:
     subprocess.run([sys.executable, "-m", "turboinfer", "load", f"http://127.0.0.1:{port}",
-                    "--model", model, "--binary", "--scenario", "concurrency",
+                    "--model", model, "--binary", "--batch-size", str(rows),
+                    "--scenario", "concurrency",
                     "--concurrency", str(concurrency), "--window", "3", "--max-windows", "4",
                     "--warmup", "2", "--timeout", "30", "--quiet", "--no-metrics",
                     "--output", str(out)], check=True, capture_output=True, timeout=600)
     return json.loads(out.read_text())
+
+
+def cpu_seconds(roots: list[int]) -> dict[str, float]:
+    """CPU seconds so far of each serving process under ``roots``, by role: the Ray
+    workers by their title (ray::ProxyActor, ray::ServeReplica:APP:DEPLOYMENT), every
+    other process of a tree under its root's name."""
+    seconds: dict[str, float] = {}
+    for root in roots:
+        try:
+            parent = psutil.Process(root)
+            tree = [parent, *parent.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for process in tree:
+            try:
+                title = process.cmdline()[0] if process.cmdline() else process.name()
+                times = process.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            role = title.split(":")[-1] if title.startswith("ray::") else f"pid{root}"
+            if title.startswith("ray::ProxyActor"):
+                role = "ray-proxy"
+            seconds[role] = seconds.get(role, 0.0) + times.user + times.system
+    return seconds
+
+
+def cpu_per_request(before: dict[str, float], after: dict[str, float],
+                    requests: int) -> dict[str, float]:
+    """Milliseconds of CPU per request, by role, over one load run (warm-up included)."""
+    return {role: round(1000 * (after[role] - before.get(role, 0.0)) / max(1, requests), 2)
+            for role in after if after[role] - before.get(role, 0.0) > 0.05}
 
 
 def summary(report: dict) -> dict:
@@ -109,22 +142,28 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rows", type=int, default=1,
+                        help="rows per request: more makes each request's compute outweigh "
+                             "the serving path's own cost")
     parser.add_argument("--output", type=Path, default=HERE / "results.json")
     args = parser.parse_args()
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     machine = {"cpu": next((line.split(":", 1)[1].strip() for line in cpu.splitlines()
                             if line.startswith("Model name")), platform.processor()),
                "cores": os.cpu_count(), "python": platform.python_version()}
-    results: dict = {"machine": machine, "concurrency": args.concurrency, "rounds": []}
+    results: dict = {"machine": machine, "concurrency": args.concurrency,
+                     "rows_per_request": args.rows, "model": f"chain {WIDTH}x{DEPTH}",
+                     "rounds": []}
+    max_batch = max(8, 2 * args.rows)
     processes: list[subprocess.Popen[str]] = []
     with tempfile.TemporaryDirectory(prefix="scaleout-bench-") as tmp:
         work = Path(tmp)
         model = write_chain(work / "chain.onnx")
         ray_repo, one, two = work / "ray", work / "one", work / "two"
-        write_entry(ray_repo, "mlp-r1", model, entry(replicas=1))
-        write_entry(ray_repo, "mlp-r2", model, entry(replicas=2))
-        write_entry(one, "mlp", model, entry(instances=1))
-        write_entry(two, "mlp", model, entry(instances=2))
+        write_entry(ray_repo, "chain-r1", model, entry(replicas=1, max_batch=max_batch))
+        write_entry(ray_repo, "chain-r2", model, entry(replicas=2, max_batch=max_batch))
+        write_entry(one, "chain", model, entry(instances=1, max_batch=max_batch))
+        write_entry(two, "chain", model, entry(instances=2, max_batch=max_batch))
         serve = [sys.executable, "-m", "turboinfer", "serve"]
         try:
             ray, ray_port = start([*serve, str(ray_repo), "--ray", "--http-port", "0",
@@ -136,19 +175,26 @@ def main() -> None:
             single2, port2 = start([*serve, str(two), "--http-port", "0", "--grpc-port",
                                     "-1", "--model-control", "none"], work / "two.log")
             processes.append(single2)
-            systems = {"ray-1-replica": (ray_port, "mlp-r1"),
-                       "ray-2-replicas": (ray_port, "mlp-r2"),
-                       "serve-1-instance": (port1, "mlp"),
-                       "serve-2-instances": (port2, "mlp")}
+            systems = {"ray-1-replica": (ray_port, "chain-r1"),
+                       "ray-2-replicas": (ray_port, "chain-r2"),
+                       "serve-1-instance": (port1, "chain"),
+                       "serve-2-instances": (port2, "chain")}
             names = list(systems)
             for number in range(args.rounds):
                 order = names[number % len(names):] + names[:number % len(names)]
                 record: dict = {"load_average_before": os.getloadavg(), "systems": {}}
                 for name in order:
                     port, model_name = systems[name]
-                    report = load(port, model_name, args.concurrency,
+                    roots = [ray.pid] if name.startswith("ray") else [
+                        single1.pid if name == "serve-1-instance" else single2.pid]
+                    before = cpu_seconds(roots)
+                    report = load(port, model_name, args.concurrency, args.rows,
                                   work / f"{name}-{number}.json")
-                    record["systems"][name] = {"summary": summary(report), "report": report}
+                    sent = sum(run["ok"] + run["failed"] for run in report["runs"])
+                    record["systems"][name] = {
+                        "summary": summary(report), "report": report,
+                        "cpu_ms_per_request": cpu_per_request(before, cpu_seconds(roots),
+                                                              sent)}
                     print(f"round {number + 1} {name}: {summary(report)}", flush=True)
                 record["load_average_after"] = os.getloadavg()
                 results["rounds"].append(record)
