@@ -9,6 +9,7 @@ import pytest
 from llm_helpers import make_engine
 
 from turboinfer.errors import ConfigError
+from turboinfer.llm.config import QuantMode
 from turboinfer.llm.experts import (
     GIB,
     CachePolicy,
@@ -18,6 +19,7 @@ from turboinfer.llm.experts import (
 )
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.quant import quantize_model
 from turboinfer.llm.sampling_params import SamplingParams
 
 PROMPTS = [[5, 17, 99, 3, 42, 7, 64, 1, 2, 88, 31], [9, 8, 7], [100, 1, 50, 2, 60, 3, 70],
@@ -93,3 +95,17 @@ def test_layer_policy_keeps_layers_resident_where_lru_thrashes(qwen2_moe_dir: Pa
         assert cache is not None
         rates[policy] = cache.stats.hit_rate
     assert rates[CachePolicy.LAYER] > rates[CachePolicy.LRU]
+
+
+def test_offloaded_experts_are_quantized_as_resident_ones(qwen2_moe_dir: Path) -> None:
+    """int8 applies per expert on load, so half-resident int8 decodes as all-resident
+    int8 does."""
+    resident = load_model(qwen2_moe_dir)
+    quantize_model(resident, QuantMode.INT8)
+    model = load_offloaded_model(qwen2_moe_dir, 8 * EXPERT_BYTES / GIB, quant=QuantMode.INT8)
+    quantize_model(model, QuantMode.INT8)          # the non-expert layers, as LLM does
+    assert run(model) == run(resident)
+    cache = expert_cache(model)
+    assert cache is not None and cache.stats.misses > 0
+    # int8 experts take a quarter of the fp32 bytes (plus per-channel scales).
+    assert cache.resident_bytes < len(cache) * EXPERT_BYTES / 3
