@@ -184,8 +184,8 @@ def summarize(rounds: list[dict[str, Any]], infos: dict[str, dict[str, Any]],
 
 def ratio(rounds: list[dict[str, Any]], num: str, den: str, metric: str,
           inverse: bool = False) -> dict[str, float]:
-    """The per-round ratio num/den of a metric (throughput: tokens/wall second; ttft:
-    den/num so > 1 means num is faster); median, min, max over rounds."""
+    """The per-round speed ratio of ``num`` over ``den`` (den's wall time over num's, so
+    > 1 means num is faster, for throughput and TTFT alike); median, min, max."""
     vals = []
     for r in rounds:
         a, b = r["runs"][num][metric], r["runs"][den][metric]
@@ -214,14 +214,16 @@ def main() -> None:
     load_start = os.getloadavg()
     workers = [Worker(e) for e in chosen]
     infos = {w.key: w.info for w in workers}
-    b1_prompts = make_prompts(1, PROMPT_LEN, 1)
-    b16_prompts = make_prompts(BATCH, PROMPT_LEN, 16)
-    ttft_prompt = make_prompts(1, TTFT_PROMPT, 512)
     for w in workers:   # warm-up: first calls pay one-off allocations
         w.generate(make_prompts(2, 16, 0), 4)
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):
         order = workers[i % len(workers):] + workers[:i % len(workers)]
+        # New prompts every round: a prefix cache must not turn later rounds' prefills
+        # into hits.
+        b1_prompts = make_prompts(1, PROMPT_LEN, 100 * i + 1)
+        b16_prompts = make_prompts(BATCH, PROMPT_LEN, 100 * i + 16)
+        ttft_prompt = make_prompts(1, TTFT_PROMPT, 100 * i + 512)
         rnd: dict[str, Any] = {"load_average": os.getloadavg(),
                                "bandwidth": measure_read_bandwidth(args.threads)["bandwidth"],
                                "runs": {}}
@@ -242,6 +244,7 @@ def main() -> None:
                  {"b1": [[]], "b16": [[] for _ in range(BATCH)]})
     summary = summarize(rounds, infos, reference)
     ti, ct, lc = "turboinfer", "CTranslate2", "llama.cpp"
+    # TTFT: CTranslate2's time over turboinfer's, so > 1 means turboinfer is faster.
     pairs = [(f"{ti} fp32", f"{ct} fp32", "b1"), (f"{ti} int8", f"{lc} Q8_0", "b1"),
              (f"{ti} int4", f"{lc} Q4_0", "b1"), (f"{ti} fp32", f"{lc} F32", "b1"),
              (f"{ti} fp32", f"{ct} fp32", "b16"), (f"{ti} int8", f"{ct} int8", "b16"),

@@ -116,12 +116,19 @@ class Int8WeightOnlyKernel(Kernel):
 
 
 class DynamicInt8Kernel(Kernel):
-    """Int8 arithmetic: the activations are quantized per call (per tensor, 7 bits so
-    the AVX2 multiply-add pairs cannot saturate) and multiplied with int8 weights packed
-    by the ``backend`` (``fbgemm`` or ``onednn``)."""
+    """Int8 arithmetic: the activations are quantized per call (per tensor, 8 bits) and
+    multiplied with int8 weights packed by the ``backend`` (``fbgemm`` or ``onednn``).
+
+    Without VNNI, x86 multiplies u8 activations by s8 weights in pairs summed into int16
+    (``vpmaddubsw``), which saturates past 32767. torch's answer, 7-bit activations
+    (``reduce_range``), cost +1.6% perplexity over fp32 on the demo model's held-out
+    text; 8-bit activations with 8-bit weights saturate (10-17% relative error on random
+    layers). Weights in 7 bits (|q| <= 63, per output channel: 2 * 255 * 63 < 32768)
+    with 8-bit activations cannot saturate and measured +0.5%, with a smaller error per
+    layer than 7-bit activations."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, backend: str) -> None:
-        q, scales = quantize_int8(weight.float())
+        q, scales = quantize_int8(weight.float(), qmax=63)
         previous = torch.backends.quantized.engine
         try:
             torch.backends.quantized.engine = backend
@@ -138,7 +145,7 @@ class DynamicInt8Kernel(Kernel):
         self.name = f"int8_dynamic_{backend}"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+        return torch.ops.quantized.linear_dynamic(x, self.packed, False)
 
 
 class Int4WeightOnlyKernel(Kernel):

@@ -72,10 +72,10 @@ class QuantHandler(Protocol):
     def module(self, linear: nn.Linear) -> nn.Module: ...
 
 
-def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-output-channel symmetric int8: weight ≈ q * scale[:, None]."""
-    scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
-    q = torch.clamp(torch.round(weight / scales[:, None]), -127, 127).to(torch.int8)
+def quantize_int8(weight: torch.Tensor, qmax: int = 127) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel symmetric int8: weight ≈ q * scale[:, None], |q| <= qmax."""
+    scales = weight.abs().amax(dim=1).clamp(min=1e-8) / qmax
+    q = torch.clamp(torch.round(weight / scales[:, None]), -qmax, qmax).to(torch.int8)
     return q, scales.to(weight.dtype)
 
 

@@ -5,7 +5,8 @@ More threads are not always faster: on a shared 2-core machine one thread decode
 than two, because every op waited for a descheduled worker thread. The profile says how
 many cores this process may use (affinity, cgroup quota, SMT siblings counted once); each
 candidate count from 1 up to that is timed in interleaved rounds on a decode-shaped
-product (the model's widest projection at 1 row and at 16 rows), and the fastest kept.
+product (the model's widest projection at 1 row and at 16 rows), and the fastest kept,
+where a larger count must beat a smaller one by 10%.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from turboinfer.hardware.cpu import read_cpu
 
 ROUNDS = 5
 ROW_COUNTS = (1, 16)
+# More threads must be this much faster to be chosen: on a shared machine an extra
+# thread that measured a little faster once costs much more when a neighbour wakes up.
+MARGIN = 0.9
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,9 @@ def choose_threads(in_features: int, out_features: int, *,
                 x @ weight
             samples[n].append(time.perf_counter() - start)
     timings = {str(n): 1e3 * statistics.median(s) for n, s in samples.items() if s}
-    best = min(counts, key=lambda n: timings.get(str(n), 0.0))
+    best = counts[0]
+    for n in counts[1:]:
+        if timings[str(n)] < MARGIN * timings[str(best)]:
+            best = n
     torch.set_num_threads(best)
     return ThreadChoice(best, usable, timings)
