@@ -10,6 +10,7 @@ scale events marked, and the log line of every decision.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,13 @@ def rate_chart(result: dict[str, Any]) -> str:
                              name="answered (client, 1 s windows)",
                              line={"color": look.colour},
                              marker={"symbol": look.symbol, "size": 4}))
+    samples = result["samples"]
+    pairs = list(itertools.pairwise(samples))
+    fig.add_trace(go.Scatter(x=[b["t"] for _, b in pairs],
+                             y=[(b["success"] - a["success"]) / (b["t"] - a["t"])
+                                for a, b in pairs],
+                             mode="lines", name="answered (server /metrics)",
+                             line={"color": charts.style(2).colour, "width": 1}))
     offered = [(p["start_s"], p["target_rate"]) for p in result["phases"] if p["target_rate"]]
     for start, target in offered:
         phase = next(p for p in result["phases"] if p["start_s"] == start)
@@ -96,8 +104,9 @@ def render(result: dict[str, Any]) -> str:
         ("cores (usable)", f"{machine['cores']} ({machine['usable_cores']})"),
         ("load average before / after", f"{machine['load_average_before'][0]:.2f} / "
                                         f"{machine['load_average_after'][0]:.2f}"),
+        ("model", f"{result['model']}, {result['rows_per_request']} rows per request"),
         ("model config", json.dumps(result["config"])),
-        ("one instance (probe, concurrency 1)", f"{result['one_instance_capacity_qps']:.1f}/s"),
+        ("one instance (probe, concurrency 4)", f"{result['one_instance_capacity_qps']:.1f}/s"),
         ("step rate", f"{result['step_rate']:g}/s"),
         ("instances min / max seen", f"{min(counts):g} / {max(counts):g}"),
         ("failed requests (client / server)",
