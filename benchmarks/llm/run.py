@@ -1,12 +1,11 @@
-"""LLM engine benchmarks: throughput vs transformers and CTranslate2, speculative
-decoding with the demo draft, weight-only quantization speed and perplexity.
+"""LLM engine benchmarks: continuous-batching throughput and paged-KV use (transformers
+``generate()`` at batch 1 as the baseline), speculative decoding with the demo draft,
+weight-only quantization speed and perplexity. The side-by-side comparison with
+CTranslate2 and llama.cpp is ``compare.py``.
 
     python benchmarks/llm/run.py [--sections throughput,speculative,quant] [--gen-len 64]
 
 Writes ``benchmarks/llm/results.json`` and prints the tables README.md quotes.
-CTranslate2 goes into its own venv (``/tmp/ct2-venv``, system site packages visible so
-its converter can read the weights with the installed transformers/torch; only the
-``ctranslate2`` wheel itself is installed there).
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -35,14 +32,13 @@ from turboinfer.llm.tokenizer import Tokenizer
 
 HERE = Path(__file__).resolve().parent
 WORK = Path("/tmp/turboinfer-llm-bench")
-CT2_VENV = Path("/tmp/ct2-venv")
 SHAPE_110M = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048,
                   num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
                   max_position_embeddings=1024, tie_word_embeddings=True)
 
 
 def build_110m(folder: Path) -> Path:
-    """A random Llama-shaped ~110M model in HF format, with a word tokenizer for CT2."""
+    """A random Llama-shaped ~110M model in HF format, with a word tokenizer."""
     import transformers
     from tokenizers import Tokenizer as HFTok
     from tokenizers import models, pre_tokenizers
@@ -83,39 +79,6 @@ def hf_generate_tps(folder: Path, prompt_len: int, gen_len: int) -> tuple[float,
     return n / seconds, n / cpu
 
 
-def ct2_tps(folder: Path, batch: int, prompt_len: int, gen_len: int,
-            threads: int) -> tuple[float, float]:
-    python = CT2_VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(CT2_VENV)],
-                       check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
-                        "ctranslate2==4.8.5"], check=True)
-    converted = WORK / "ct2-110m"
-    if not converted.exists():
-        subprocess.run([str(CT2_VENV / "bin" / "ct2-transformers-converter"), "--model",
-                        str(folder), "--output_dir", str(converted)], check=True)
-    code = textwrap.dedent(f"""
-        import json, sys, time, ctranslate2
-        gen = ctranslate2.Generator({str(converted)!r}, device="cpu", intra_threads={threads})
-        prompts = json.loads(sys.stdin.read())
-        toks = [["t%d" % t for t in p] for p in prompts]
-        kw = dict(max_length={gen_len}, min_length={gen_len}, sampling_topk=1,
-                  include_prompt_in_result=False)
-        gen.generate_batch(toks[:1], **{{**kw, "max_length": 4, "min_length": 4}})
-        start, cpu = time.perf_counter(), time.process_time()
-        res = gen.generate_batch(toks, **kw)
-        sec, cpu = time.perf_counter() - start, time.process_time() - cpu
-        n = sum(len(r.sequences_ids[0]) for r in res)
-        print(json.dumps([n / sec, n / cpu]))
-    """)
-    data = json.dumps(prompts(batch, prompt_len, SHAPE_110M["vocab_size"]))
-    out = subprocess.run([str(python), "-c", code], input=data, capture_output=True,
-                         text=True, check=True)
-    wall, cpu = json.loads(out.stdout.strip().splitlines()[-1])
-    return float(wall), float(cpu)
-
-
 def throughput(args: argparse.Namespace) -> dict[str, object]:
     folder = build_110m(WORK / "llama-110m")
     p, g = args.prompt_len, args.gen_len
@@ -129,13 +92,6 @@ def throughput(args: argparse.Namespace) -> dict[str, object]:
     mixed = run_bench(llm.engine, BenchSettings(concurrency=(16,), prompt_len=8 * p,
                                                 gen_len=2 * g, mixed=True))
     res["turboinfer_mixed_lengths"] = [r.to_dict() for r in mixed]
-    del llm
-    try:
-        for batch in (16, 1):
-            wall, cpu = ct2_tps(folder, batch, p, g, args.threads)
-            res[f"ct2_batch{batch}_tps"], res[f"ct2_batch{batch}_tps_cpu"] = wall, cpu
-    except (subprocess.CalledProcessError, OSError) as exc:
-        res["ct2_error"] = str(exc)
     return res
 
 
@@ -239,10 +195,6 @@ def markdown(results: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|---|",
                   f"| transformers generate() | 1 | {tp['hf_generate_batch1_tps']:.1f} | "
                   f"{tp['hf_generate_batch1_tps_cpu']:.1f} | - | - | - |"]
-        for b in (1, 16):
-            if f"ct2_batch{b}_tps" in tp:
-                lines.append(f"| CTranslate2 | {b} | {tp[f'ct2_batch{b}_tps']:.1f} | "
-                             f"{tp[f'ct2_batch{b}_tps_cpu']:.1f} | - | - | - |")
         rows = [(r, str(r["concurrency"])) for r in tp["turboinfer"]]
         rows += [(r, f"{r['concurrency']}, mixed lengths") for r in tp["turboinfer_mixed_lengths"]]
         for r, label in rows:
