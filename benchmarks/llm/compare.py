@@ -279,6 +279,57 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def targets(results: dict[str, Any]) -> list[str]:
+    """The issue's targets, each with the figure that decides it."""
+    sm, rt = results["summary"], results["ratios"]
+    ppl = results.get("perplexity", {}).get("demo", {})
+
+    def r(name: str) -> str:
+        x = rt.get(name)
+        return f"{x['median']:.2f}x ({x['min']:.2f}-{x['max']:.2f}x)" if x else "–"
+
+    def ok(cond: bool) -> str:
+        return "yes" if cond else "no"
+
+    fp32, int8 = sm.get("turboinfer fp32", {}), sm.get("turboinfer int8", {})
+    # The quantized format with the higher batch-16 throughput.
+    best16 = max(("int8", "int4"), key=lambda w: sm[f"turboinfer {w}"]["b16_tps"])
+    b16_name = f"turboinfer {best16} / CTranslate2 int8 (b16)"
+    ppl_inc = 100 * (ppl[best16] / ppl["none"] - 1) if ppl else float("nan")
+
+    def med(name: str) -> float:
+        return float(rt[name]["median"]) if name in rt else 0.0
+
+    rows = [
+        ("fp32 batch 1 >= 80% of the bandwidth roofline",
+         f"{100 * fp32.get('roofline_fraction', 0):.0f}%",
+         ok(fp32.get("roofline_fraction", 0) >= 0.8)),
+        ("fp32 batch 1 ahead of CTranslate2 fp32", r("turboinfer fp32 / CTranslate2 fp32 (b1)"),
+         ok(med("turboinfer fp32 / CTranslate2 fp32 (b1)") > 1)),
+        ("int8 batch 1 >= 60% of its roofline", f"{100 * int8.get('roofline_fraction', 0):.0f}%",
+         ok(int8.get("roofline_fraction", 0) >= 0.6)),
+        ("int8 batch 1 ahead of llama.cpp Q8_0", r("turboinfer int8 / llama.cpp Q8_0 (b1)"),
+         ok(med("turboinfer int8 / llama.cpp Q8_0 (b1)") > 1)),
+        ("int4 batch 1 ahead of llama.cpp Q4_0", r("turboinfer int4 / llama.cpp Q4_0 (b1)"),
+         ok(med("turboinfer int4 / llama.cpp Q4_0 (b1)") > 1)),
+        (f"batch 16 >= 2x CTranslate2 int8 (best format: {best16}), perplexity within +1%",
+         f"{r(b16_name)}, perplexity {ppl_inc:+.2f}%",
+         ok(med(b16_name) >= 2 and ppl_inc <= 1)),
+        ("fp32 batch 16 ahead of CTranslate2 fp32", r("turboinfer fp32 / CTranslate2 fp32 (b16)"),
+         ok(med("turboinfer fp32 / CTranslate2 fp32 (b16)") > 1)),
+        ("TTFT(512) <= CTranslate2's (fp32 against fp32)",
+         r("turboinfer fp32 / CTranslate2 fp32 (ttft)"),
+         ok(med("turboinfer fp32 / CTranslate2 fp32 (ttft)") >= 1)),
+        ("greedy ids = transformers in fp32",
+         f"{fp32.get('b1_ids_match_hf')}/{GEN_LEN}, {fp32.get('b16_ids_match_hf')}/"
+         f"{BATCH * GEN_LEN}",
+         ok(fp32.get("b1_ids_match_hf") == GEN_LEN
+            and fp32.get("b16_ids_match_hf") == BATCH * GEN_LEN)),
+    ]
+    return ["| target (issue #17) | this run (ratio: median over rounds, min-max) | met |",
+            "|---|---|---|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = ["| engine | weights | batch 1 tok/s | batch 1 tok/CPU-s | batch 16 tok/s | "
              "batch 16 tok/CPU-s | TTFT 512 (ms) | greedy ids = transformers (b1 / b16) | "
@@ -294,6 +345,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["", "| ratio (per round, wall clock) | median | min | max |", "|---|---|---|---|"]
     for name, r in results["ratios"].items():
         lines.append(f"| {name} | {r['median']:.2f}x | {r['min']:.2f}x | {r['max']:.2f}x |")
+    lines += ["", *targets(results)]
     ppl = results.get("perplexity", {})
     if ppl:
         lines += ["", "| model | fp32 perplexity | int8 | int4 |", "|---|---|---|---|"]
