@@ -56,7 +56,7 @@ class _Tracked:
     last_event: float = -math.inf  # bounds (min/max) apply at once, windows need history
     target: int | None = None  # the count a resize in progress goes to
     task: asyncio.Task[None] | None = None
-    held: str = ""  # the hold reason last logged, so a hold is logged once
+    held: str = ""  # the hold reason logged since the last event: logged once per layout
 
     @property
     def committed(self) -> int:
@@ -169,9 +169,8 @@ class Autoscaler:
             if decision is not None and tracked.held != decision.reason:
                 log.info("autoscale %s version %s: hold at %d (%s): %s", served.name,
                          served.label, count, decision.reason, decision.detail)
-            tracked.held = decision.reason if decision is not None else ""
+                tracked.held = decision.reason
             return 0
-        tracked.held = ""
         self._resize(tracked, decision)
         return (decision.count - count) * per
 
@@ -206,6 +205,7 @@ class Autoscaler:
         served = tracked.served
         tracked.task, tracked.target, tracked.last_event = None, None, now
         tracked.samples.clear()
+        tracked.held = ""
         self.metrics.instances.labels(served.name, served.label).set(
             len(served.pool.instances))
 
