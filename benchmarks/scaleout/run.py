@@ -4,6 +4,7 @@ thread each), under the same closed-loop load (``turboinfer load --scenario
 concurrency``), on this machine.
 
     python benchmarks/scaleout/run.py [--rounds 3] [--concurrency 16] [--rows 1]
+        [--window 3] [--max-windows 4] [--warmup 2] [--calm-load 3 --calm-wait 120]
 
 One ``turboinfer serve REPO --ray`` serves the model twice, as two entries whose
 autoscaling section pins the replica count (chain-r1: 1 replica, chain-r2: 2); two plain
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import signal
@@ -24,10 +26,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import psutil
 from onnx import TensorProto, helper, numpy_helper
 
@@ -90,14 +94,48 @@ def start(command: list[str], log: Path) -> tuple[subprocess.Popen[str], int]:
     return process, int(line.split("http=")[1].split()[0].rsplit(":", 1)[1])
 
 
-def load(port: int, model: str, concurrency: int, rows: int, out: Path) -> dict:
+def load(port: int, model: str, args: argparse.Namespace, out: Path) -> dict:
     subprocess.run([sys.executable, "-m", "turboinfer", "load", f"http://127.0.0.1:{port}",
-                    "--model", model, "--binary", "--batch-size", str(rows),
-                    "--scenario", "concurrency",
-                    "--concurrency", str(concurrency), "--window", "3", "--max-windows", "4",
-                    "--warmup", "2", "--timeout", "30", "--quiet", "--no-metrics",
+                    "--model", model, "--binary", "--batch-size", str(args.rows),
+                    "--scenario", "concurrency", "--concurrency", str(args.concurrency),
+                    "--window", str(args.window), "--max-windows", str(args.max_windows),
+                    "--warmup", str(args.warmup), "--timeout", "60", "--quiet", "--no-metrics",
                     "--output", str(out)], check=True, capture_output=True, timeout=600)
     return json.loads(out.read_text())
+
+
+def wait_for_calm(threshold: float, longest: float) -> float:
+    """Wait up to ``longest`` seconds for the 1-minute load average to drop below
+    ``threshold`` (other jobs share this machine); return the seconds waited."""
+    began = time.monotonic()
+    while os.getloadavg()[0] >= threshold and time.monotonic() - began < longest:
+        time.sleep(5)
+    return round(time.monotonic() - began, 1)
+
+
+def engine_rate(model: Path, rows: int, start_at: float, seconds: float) -> float:
+    """Requests/s of one bare one-thread onnxruntime session over ``rows``-row inputs,
+    no server in the way, from wall-clock ``start_at`` (so parallel workers overlap)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    batch = np.random.default_rng(0).standard_normal((rows, WIDTH)).astype(np.float32)
+    session.run(None, {"input": batch})
+    time.sleep(max(0.0, start_at - time.time()))
+    began, done = time.perf_counter(), 0
+    while time.perf_counter() - began < seconds:
+        session.run(None, {"input": batch})
+        done += 1
+    return done / (time.perf_counter() - began)
+
+
+def bare_engines(model: Path, rows: int, processes: int, seconds: float) -> float:
+    """Requests/s of ``processes`` bare engines side by side: the machine's own ceiling
+    for the scale-out ratio (what two cores give two one-thread engines right now)."""
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        rates = pool.starmap(engine_rate,
+                             [(model, rows, time.time() + 5, seconds)] * processes)
+    return sum(rates)
 
 
 def cpu_seconds(roots: list[int]) -> dict[str, float]:
@@ -145,6 +183,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1,
                         help="rows per request: more makes each request's compute outweigh "
                              "the serving path's own cost")
+    parser.add_argument("--window", type=float, default=3.0,
+                        help="seconds per measurement window of each load run")
+    parser.add_argument("--max-windows", type=int, default=4)
+    parser.add_argument("--warmup", type=float, default=2.0,
+                        help="unmeasured seconds of load before each run")
+    parser.add_argument("--calm-load", type=float, default=0.0,
+                        help="before each round, wait for the 1-minute load average to "
+                             "drop below this (0: do not wait)")
+    parser.add_argument("--calm-wait", type=float, default=120.0,
+                        help="longest wait for --calm-load, in seconds")
     parser.add_argument("--output", type=Path, default=HERE / "results.json")
     args = parser.parse_args()
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -153,6 +201,7 @@ def main() -> None:
                "cores": os.cpu_count(), "python": platform.python_version()}
     results: dict = {"machine": machine, "concurrency": args.concurrency,
                      "rows_per_request": args.rows, "model": f"chain {WIDTH}x{DEPTH}",
+                     "command": " ".join([Path(sys.executable).name, *sys.argv]),
                      "rounds": []}
     max_batch = max(8, 2 * args.rows)
     processes: list[subprocess.Popen[str]] = []
@@ -178,21 +227,34 @@ def main() -> None:
             systems = {"ray-1-replica": (ray_port, "chain-r1"),
                        "ray-2-replicas": (ray_port, "chain-r2"),
                        "serve-1-instance": (port1, "chain"),
-                       "serve-2-instances": (port2, "chain")}
+                       "serve-2-instances": (port2, "chain"),
+                       "engine-1-process": (0, ""), "engine-2-processes": (0, "")}
             names = list(systems)
             for number in range(args.rounds):
                 order = names[number % len(names):] + names[:number % len(names)]
-                record: dict = {"load_average_before": os.getloadavg(), "systems": {}}
+                waited = (wait_for_calm(args.calm_load, args.calm_wait)
+                          if args.calm_load else 0.0)
+                record: dict = {"waited_for_calm_s": waited,
+                                "load_average_before": os.getloadavg(), "systems": {}}
                 for name in order:
                     port, model_name = systems[name]
+                    if name.startswith("engine"):
+                        load_before = os.getloadavg()
+                        rate = bare_engines(model, args.rows, 1 if name.endswith("process")
+                                            else 2, args.window * args.max_windows)
+                        record["systems"][name] = {
+                            "summary": {"qps": rate}, "load_average_before": load_before,
+                            "load_average_after": os.getloadavg()}
+                        print(f"round {number + 1} {name}: {rate:.2f}/s", flush=True)
+                        continue
                     roots = [ray.pid] if name.startswith("ray") else [
                         single1.pid if name == "serve-1-instance" else single2.pid]
-                    before = cpu_seconds(roots)
-                    report = load(port, model_name, args.concurrency, args.rows,
-                                  work / f"{name}-{number}.json")
+                    before, load_before = cpu_seconds(roots), os.getloadavg()
+                    report = load(port, model_name, args, work / f"{name}-{number}.json")
                     sent = sum(run["ok"] + run["failed"] for run in report["runs"])
                     record["systems"][name] = {
-                        "summary": summary(report), "report": report,
+                        "summary": summary(report), "load_average_before": load_before,
+                        "load_average_after": os.getloadavg(), "report": report,
                         "cpu_ms_per_request": cpu_per_request(before, cpu_seconds(roots),
                                                               sent)}
                     print(f"round {number + 1} {name}: {summary(report)}", flush=True)
@@ -212,8 +274,16 @@ def main() -> None:
     results["ratio_per_round_2_vs_1_replica"] = [
         r["systems"]["ray-2-replicas"]["summary"]["qps"]
         / r["systems"]["ray-1-replica"]["summary"]["qps"] for r in results["rounds"]]
+    results["ratio_per_round_2_vs_1_instance"] = [
+        r["systems"]["serve-2-instances"]["summary"]["qps"]
+        / r["systems"]["serve-1-instance"]["summary"]["qps"] for r in results["rounds"]]
+    results["ratio_per_round_2_vs_1_bare_engine"] = [
+        r["systems"]["engine-2-processes"]["summary"]["qps"]
+        / r["systems"]["engine-1-process"]["summary"]["qps"] for r in results["rounds"]]
     args.output.write_text(json.dumps(results, indent=1) + "\n")
-    print(json.dumps({k: results[k] for k in ("median_qps", "ratio_per_round_2_vs_1_replica")},
+    print(json.dumps({k: results[k] for k in ("median_qps", "ratio_per_round_2_vs_1_replica",
+                                              "ratio_per_round_2_vs_1_instance",
+                                              "ratio_per_round_2_vs_1_bare_engine")},
                      indent=1))
 
 
