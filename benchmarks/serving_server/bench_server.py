@@ -3,7 +3,7 @@
     python benchmarks/serving_server/bench_server.py overhead [--requests 3000]
     python benchmarks/serving_server/bench_server.py batching [--seconds 15 --clients 32]
     python benchmarks/serving_server/bench_server.py ab --baseline-src OLD/src [--rounds 7]
-    python benchmarks/serving_server/bench_server.py adaptive [--model mlp|digits-cnn]
+    python benchmarks/serving_server/bench_server.py adaptive [--model mlp|mlp-wide|digits-cnn]
         [--baseline-src OLD/src] [--seconds 24 --rounds 4 --clients 32]
 
 ``overhead``: builtin:digits-cnn, one client, batch 1. The engine's in-process p50 (same
@@ -24,11 +24,13 @@ server's p50 and their ratio. It is how a change to the server is shown not to c
 request overhead.
 
 ``adaptive``: the adaptive batch window. A small model (the MLP of
-``benchmarks/serving/model.py``, or builtin:digits-cnn), batch-1 HTTP requests from 1
-and N clients, batching on (max batch 32, ``max_queue_delay_ms: 2``) against batching
-off, side by side in alternating windows as in ``batching``; with ``--baseline-src`` also
-the other checkout's server with the same batching configuration (before the adaptive
-window it always waited the whole delay). Written to ``adaptive-MODEL.json``.
+``benchmarks/serving/model.py``, or builtin:digits-cnn) or the wide MLP of the same
+file (``mlp-wide``: a memory-bound row, where batching amortises the engine), batch-1
+HTTP requests from 1 and N clients, batching on (max batch 32,
+``max_queue_delay_ms: 2``) against batching off, side by side in alternating windows as
+in ``batching``; with ``--baseline-src`` also the other checkout's server with the same
+batching configuration (before the adaptive window it always waited the whole delay).
+Written to ``adaptive-MODEL.json``.
 
 Each server is ``python -m turboinfer serve`` on 127.0.0.1 in a subprocess and writes
 a JSON result next to this file.
@@ -378,12 +380,13 @@ def batching(args: argparse.Namespace) -> dict[str, object]:
 
 def _small_model(name: str, folder: Path) -> tuple[Path, np.ndarray]:
     """The ONNX file and one batch-1 input of the small model ``name``."""
-    if name == "mlp":
+    if name in ("mlp", "mlp-wide"):
         sys.path.insert(0, str(HERE.parent / "serving"))
-        from model import WIDTHS, write_mlp  # why: the serving benchmarks' own model
+        from model import WIDE_WIDTHS, WIDTHS, write_mlp  # why: the serving benchmarks' model
 
-        x = np.random.default_rng(0).random((1, WIDTHS[0]), dtype=np.float32)
-        return write_mlp(folder / "mlp.onnx"), x
+        widths = WIDE_WIDTHS if name == "mlp-wide" else WIDTHS
+        x = np.random.default_rng(0).random((1, widths[0]), dtype=np.float32)
+        return write_mlp(folder / f"{name}.onnx", widths), x
     model = resolve_model(f"builtin:{name}")
     assert model.entry is not None
     return (model.artifact.onnx_path,
@@ -453,7 +456,7 @@ def main() -> None:
     parser.add_argument("--baseline-src", default=None,
                         help="ab, adaptive: the src/ folder of the checkout to compare "
                              "with")
-    parser.add_argument("--model", choices=["mlp", "digits-cnn"], default="mlp",
+    parser.add_argument("--model", choices=["mlp", "mlp-wide", "digits-cnn"], default="mlp",
                         help="adaptive: the small model served")
     args = parser.parse_args()
     before = machine()
