@@ -9,7 +9,10 @@ One Ray instance for the whole module (it takes ~20 s and ~1 GiB to start).
 from __future__ import annotations
 
 import http.client
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -119,53 +122,47 @@ class ClosedLoop:
         connection.close()
 
 
-def _replicas(deployment: str) -> list[str]:
-    import ray  # why: the ray extra; only this test drives the cluster itself
-
-    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                  if a["name"].startswith(f"SERVE_REPLICA::turboinfer#{deployment}#"))
-
-
-def _running(deployment: str) -> int:
-    from ray import serve  # why: the ray extra
-
-    status = serve.status().applications["turboinfer"].deployments[deployment]
-    return int(status.replica_states.get("RUNNING", 0))
+def _driver_says(driver: subprocess.Popen[str]) -> dict[str, Any]:
+    assert driver.stdout is not None
+    line = driver.stdout.readline()
+    assert line, "the Ray driver process ended early"
+    return dict(orjson.loads(line))
 
 
-def test_a_killed_replica_is_replaced_and_only_requests_in_flight_fail(
-        server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The server's local instance is on loopback: so is this driver (read at import);
-    # it authenticates with the token the instance wrote to ~/.ray/auth_token.
-    monkeypatch.setenv(LOOPBACK_ONLY, "0")
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    import ray  # why: the ray extra; only this test drives the cluster itself
-
+def test_a_killed_replica_is_replaced_and_only_requests_in_flight_fail(server: Any) -> None:
     gcs = re.search(r"ray cluster: (\S+)", server.log.read_text())
     assert gcs is not None
-    ray.init(address=gcs.group(1), namespace="serve", log_to_driver=False)
-    try:
-        before = _replicas("model-affine")
-        assert len(before) == REPLICAS
-        with ClosedLoop(server.http_port, clients=8) as load:
-            time.sleep(2.0)
-            killed_at = time.perf_counter()
-            ray.kill(ray.get_actor(before[0], namespace="serve"), no_restart=True)
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                now = _replicas("model-affine")
-                if before[0] not in now and len(now) == REPLICAS and \
-                        _running("model-affine") == REPLICAS:
-                    break
-                time.sleep(0.5)
-            replaced_at = time.perf_counter()
-            time.sleep(2.0)
-        after = _replicas("model-affine")
-    finally:
-        ray.shutdown()
-    assert before[0] not in after and len(after) == REPLICAS, after
+    # The server's local instance is on loopback: so is the driver (read at import); it
+    # authenticates with the token the instance wrote to ~/.ray/auth_token.
+    env = {**os.environ, LOOPBACK_ONLY: "0", "RAY_AUTH_MODE": "token"}
+    with subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("ray_driver.py")), gcs.group(1),
+             "model-affine", str(REPLICAS)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) as driver:
+        assert driver.stdin is not None
+        try:
+            before = _driver_says(driver)["replicas"]
+            assert len(before) == REPLICAS
+            with ClosedLoop(server.http_port, clients=8) as load:
+                time.sleep(2.0)
+                killed_at = time.perf_counter()
+                driver.stdin.write("kill\n")
+                driver.stdin.flush()
+                assert _driver_says(driver)["killed"]
+                killed_by = time.perf_counter()
+                outcome = _driver_says(driver)
+                replaced_at = time.perf_counter()
+                time.sleep(2.0)
+            driver.stdin.close()
+            assert driver.wait(timeout=60) == 0
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    after = outcome["replicas"]
+    assert outcome["replaced"] and before[0] not in after and len(after) == REPLICAS, after
     failed = [o for o in load.outcomes if o.status != 200]
-    in_flight = [o for o in load.outcomes if o.start < killed_at < o.end]
+    # In flight: any request open at some moment between sending the kill and its answer.
+    in_flight = [o for o in load.outcomes if o.start < killed_by and o.end > killed_at]
     print(f"{len(load.outcomes)} requests, {len(in_flight)} in flight at the kill, "
           f"{len(failed)} failed ({sorted({o.status for o in failed})}); replaced in "
           f"{replaced_at - killed_at:.1f} s")
