@@ -46,8 +46,10 @@ class Decision:
     def to_dict(self, measured: Sequence[Measured]) -> dict[str, Any]:
         def summary(index: int) -> dict[str, Any]:
             m = measured[index]
+            qps = _plan(m).throughput
+            # The per-round values let a reader redo the paired comparison the rule made.
             return {"label": m.candidate.label, "max_batch_size": _plan(m).max_batch_size,
-                    **_prefixed("qps", _plan(m).throughput)}
+                    **_prefixed("qps", qps), "qps_per_round": list(qps.values)}
 
         return {"rule": self.rule, "noise_floor": self.floor,
                 "fastest": summary(self.fastest),
