@@ -52,6 +52,11 @@ version folders, each holding the model file::
       cooldown_s: 30.0           # no decision for this long after a scale event
     idle_unload_s: null          # unload the model after this many seconds without a
                                  # request; the next request reloads it and waits
+    max_dims: {}                 # per input, the largest size of each dynamic axis the
+                                 # server accepts, e.g. {input_ids: [null, 512]} (null:
+                                 # a fixed axis, the batch axis or max_dynamic_dim)
+    max_dynamic_dim: 65536       # the cap on a dynamic axis max_dims leaves open (the
+                                 # batch axis aside: max_batch_size holds it)
 
 Validation happens once, here, at the edge; the rest of the code takes the frozen result.
 """
@@ -61,7 +66,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -155,6 +160,11 @@ class ModelConfig(_Strict):
     canary: Canary | None = None
     autoscaling: AutoscalingConfig = AutoscalingConfig()
     idle_unload_s: float | None = Field(default=None, gt=0)
+    # A dynamic axis bounds what one request may make the engine allocate (an attention
+    # over a 10**6-token axis, say); 400 beyond it, before the engine runs.
+    max_dims: dict[str, list[Annotated[int, Field(ge=1)] | None]] = Field(
+        default_factory=dict)
+    max_dynamic_dim: int = Field(default=65536, ge=1)
 
     @property
     def batching(self) -> bool:

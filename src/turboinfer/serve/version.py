@@ -60,6 +60,7 @@ class ServedVersion:
         self._output_names = [spec.name for spec in self.outputs]
         self._batching = config.batching
         _check_batch_axes(name, self.inputs, self._batching)
+        self._limits = axis_limits(name, self.inputs, config)
         self.batcher = Batcher(pool, batching_settings(config), stats)
 
     @classmethod
@@ -117,6 +118,12 @@ class ServedVersion:
                 raise InvalidInputError(
                     f"input {name!r} has shape {list(array.shape)}, the model expects "
                     f"{format_shape(spec.shape)}")
+            for axis, limit in self._limits.get(name, ()):
+                if array.shape[axis] > limit:
+                    raise InvalidInputError(
+                        f"input {name!r} has {array.shape[axis]} on axis {axis}, over the "
+                        f"model's limit of {limit} (max_dims / max_dynamic_dim in its "
+                        f"config.yaml)")
             if self._batching:
                 rows = array.shape[0]
         if self._batching:
@@ -151,6 +158,38 @@ def _check_batch_axes(name: str, specs: list[TensorSpec], batching: bool) -> Non
             raise ConfigError(
                 f"model {name!r}: max_batch_size > 0 needs a dynamic first axis, but input "
                 f"{spec.name!r} has shape {format_shape(spec.shape)}")
+
+
+def axis_limits(name: str, specs: list[TensorSpec], config: ModelConfig
+                ) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Per input, (axis, largest size) for each dynamic axis a request may set: from
+    ``max_dims``, else ``max_dynamic_dim``; the batch axis is ``max_batch_size``'s."""
+    by_name = {spec.name: spec for spec in specs}
+    for input_name, dims in config.max_dims.items():
+        spec = by_name.get(input_name)
+        if spec is None:
+            raise ConfigError(f"model {name!r}: max_dims names {input_name!r}, which is no "
+                              f"input; the model takes {', '.join(by_name)}")
+        if len(dims) != len(spec.shape):
+            raise ConfigError(f"model {name!r}: max_dims of {input_name!r} has {len(dims)} "
+                              f"axes, the input {len(spec.shape)} "
+                              f"({format_shape(spec.shape)})")
+    limits: dict[str, tuple[tuple[int, int], ...]] = {}
+    for spec in specs:
+        given = config.max_dims.get(spec.name) or [None] * len(spec.shape)
+        pairs = []
+        for axis, (declared, limit) in enumerate(zip(spec.shape, given, strict=True)):
+            fixed = isinstance(declared, int)
+            batch_axis = axis == 0 and config.batching
+            if limit is not None and (fixed or batch_axis):
+                what = "the batch axis (max_batch_size bounds it)" if batch_axis else "fixed"
+                raise ConfigError(f"model {name!r}: max_dims of {spec.name!r} sets axis "
+                                  f"{axis}, which is {what}; use null there")
+            if not fixed and not batch_axis:
+                pairs.append((axis, limit if limit is not None else config.max_dynamic_dim))
+        if pairs:
+            limits[spec.name] = tuple(pairs)
+    return limits
 
 
 def _check_rows(rows: int, limit: int) -> None:
