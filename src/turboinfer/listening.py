@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import socket
 from collections.abc import Generator
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from turboinfer.errors import ConfigError
 
@@ -21,6 +23,22 @@ class QuietUvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+
+class JsonErrorHttp(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol (httptools), except that a request its parser rejects
+    gets the ``{"error": ...}`` body every other refused request gets, not plain text.
+    uvicorn has logged the one line for it already."""
+
+    def send_400_response(self, msg: str) -> None:
+        body = json.dumps({"error": f"malformed HTTP request: {msg}"}).encode()
+        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [b"content-type: application/json\r\n",
+                 b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n"]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
 
 
 def listen(host: str, port: int) -> socket.socket:

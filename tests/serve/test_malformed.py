@@ -228,7 +228,8 @@ def test_a_binary_size_that_is_no_count_is_named_so(server: Server, name: str) -
     assert "binary_data_size must be an integer >= 0" in orjson.loads(body)["error"]
 
 
-# Below the protocol: requests the HTTP parser itself rejects (uvicorn answers them).
+# Below the protocol: requests the HTTP parser itself rejects (uvicorn logs them, the
+# server's protocol class answers with the usual JSON error).
 UNPARSEABLE = {
     "request-line": b"GARBAGE\r\n\r\n",
     "content-length-word": b"POST " + INFER.encode() + b" HTTP/1.1\r\nHost: x\r\n"
@@ -246,6 +247,9 @@ def test_unparseable_http_is_400_with_one_log_line(server: Server, raw: bytes) -
         while chunk := sock.recv(4096):  # the server closes the connection after it
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower()
+    assert orjson.loads(body)["error"].startswith("malformed HTTP request: ")
     with server.log.open("rb") as log:
         log.seek(logged)
         lines = log.read().decode().splitlines()

@@ -23,7 +23,7 @@ from typing import Any
 import uvicorn
 
 from turboinfer.errors import ConfigError
-from turboinfer.listening import QuietUvicorn, listen, stop_on_signals
+from turboinfer.listening import JsonErrorHttp, QuietUvicorn, listen, stop_on_signals
 from turboinfer.models.zoo import names as zoo_names
 from turboinfer.serve.app import create_app
 from turboinfer.serve.core import ModelControl, ServerCore, ServerSettings
@@ -74,7 +74,7 @@ def build_core(settings: ServerSettings) -> ServerCore:
 def _uvicorn_config(core: ServerCore) -> uvicorn.Config:
     return uvicorn.Config(
         create_app(core), log_level="warning", access_log=False, lifespan="off",
-        loop="none", http="auto",
+        loop="none", http=JsonErrorHttp,
         # The drain has waited for the requests already (one deadline, see _shutdown).
         timeout_graceful_shutdown=_FLUSH_GRACE_S,
         # Keep-alive long enough that benchmark and client pools are never torn down.
