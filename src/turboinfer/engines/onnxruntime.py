@@ -15,7 +15,13 @@ from turboinfer.engines.base import (
     TensorSpec,
     check_feeds,
 )
-from turboinfer.errors import ConfigError, InvalidInputError, ModelLoadError, UnknownModelError
+from turboinfer.errors import (
+    ConfigError,
+    InferenceError,
+    InvalidInputError,
+    ModelLoadError,
+    UnknownModelError,
+)
 
 _ORT_DTYPES: dict[str, np.dtype] = {
     f"tensor({name})": np.dtype(dtype)
@@ -103,10 +109,18 @@ class OrtSession(SpecsSession):
                 ort.capi.onnxruntime_pybind11_state.Fail,
                 ort.capi.onnxruntime_pybind11_state.RuntimeException,
                 ValueError, TypeError, RuntimeError) as exc:
+            first = _first_line(exc)
+            if _ALLOCATION_FAILED in str(exc):
+                # The inputs are valid; this process could not get the memory for them:
+                # the server's fault (and its max_batch_size's), not the request's.
+                raise InferenceError(f"onnxruntime ran out of memory: {first}") from None
             check_feeds(self._inputs, feeds)
-            message = f"onnxruntime could not run the inputs: {_first_line(exc)}"
-            raise InvalidInputError(message) from None
+            raise InvalidInputError(f"onnxruntime could not run the inputs: {first}") from None
         return dict(zip(self._output_names, values, strict=True))
+
+
+# ONNX Runtime's words when an allocator cannot get a buffer (BFCArena, the CPU allocator).
+_ALLOCATION_FAILED = "Failed to allocate memory"
 
 
 def _first_line(exc: BaseException) -> str:
