@@ -1,32 +1,13 @@
-"""What the fault scenarios share: the server fixtures and model builders of tests/serve,
-and a watch on the server's RSS. The ``conftest`` of tests/serve cannot be imported by
-that name from here (tests/faults has the name too), so each module of tests/serve is
-loaded once by path under its own name."""
+"""What the fault scenarios share: the server fixtures and model builders of tests/serve
+(tests/serve_modules.py), and a watch on the server's RSS."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
-from pathlib import Path
-from types import ModuleType
 
 import psutil
 
-SERVE_TESTS = Path(__file__).parents[1] / "serve"
-
-
-def serve_module(name: str, filename: str) -> ModuleType:
-    """``tests/serve/<filename>`` as the module ``name``, loaded on first use."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SERVE_TESTS / filename)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
+from serve_modules import serve_module
 
 serve_fixtures = serve_module("serve_fixtures", "conftest.py")
 

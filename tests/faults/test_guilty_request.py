@@ -11,8 +11,9 @@ from pathlib import Path
 import orjson
 import psutil
 import pytest
-from fault_helpers import serve_fixtures, serve_module
+from fault_helpers import serve_fixtures
 
+from serve_modules import serve_module
 from turboinfer.serve.config import DynamicBatching, ModelConfig, write_entry
 
 start_server = serve_fixtures.start_server
