@@ -151,9 +151,6 @@ class EngineConfig:
     ngram_size: int = 0
     max_model_len: int = 0
     num_threads: int = 0
-    # Batch size MKL packs fp32 weights for (0: none; weights are still stored
-    # transposed). See llm/kernels.py.
-    packed_batch_hint: int = 16
     # Mixture-of-experts models: 0 keeps every expert resident; more bounds the experts
     # in memory (GiB) and loads the rest from the checkpoint on demand (llm/experts.py).
     expert_memory_gb: float = 0.0
