@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from turboinfer.llm.config import QuantMode
-from turboinfer.llm.quant import quantize_int4, quantize_int8
+from turboinfer.llm.native import NativeLibrary, native_status
+from turboinfer.llm.quant import NATIVE_GROUP, quantize_int4, quantize_int4_native, quantize_int8
 
 
 class Kernel:
@@ -168,6 +169,79 @@ class Int4WeightOnlyKernel(Kernel):
         return out if self.bias is None else out + self.bias
 
 
+class NativeKernel(Kernel):
+    """One of the hand-written kernels of ``llm/native/kernels.c``: the C function gets
+    the tensors' addresses, the arguments that do not change prepared once."""
+
+    def __init__(self, fn: Callable[..., int], fixed: tuple[object, ...],
+                 out_features: int, in_features: int, read_bytes: int) -> None:
+        super().__init__(read_bytes)
+        self._fn, self._fixed = fn, fixed
+        self.out_features, self.in_features = out_features, in_features
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or not x.is_contiguous():
+            x = x.float().contiguous()
+        y = torch.empty(x.shape[0], self.out_features)
+        if self._fn(x.data_ptr(), x.shape[0], self.in_features, *self._fixed, y.data_ptr()):
+            raise MemoryError("native kernel: no memory for the quantized activations")
+        return y
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+class NativeInt8Kernel(NativeKernel):
+    """Int8 weights (per output channel, full 8 bits) times activations quantized per
+    row and call to int8, in integer arithmetic without saturation (``kernels.c``)."""
+
+    name = "int8_native"
+
+    def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
+                 bias: torch.Tensor | None) -> None:
+        q, scales = quantize_int8(weight.float())
+        n, k = q.shape
+        padded = -(-k // 32) * 32         # whole 32-byte vectors; the padding is zero
+        self.q = torch.nn.functional.pad(q, (0, padded - k)).contiguous()
+        self.scales = scales.float().contiguous()
+        self.bias = None if bias is None else bias.float().contiguous()
+        super().__init__(lib.int8_linear,
+                         (self.q.data_ptr(), self.scales.data_ptr(), _ptr(self.bias), n, padded),
+                         n, k, _nbytes(self.q, self.scales, self.bias))
+
+
+class NativeInt4Kernel(NativeKernel):
+    """4-bit weights in groups of 32 with fp16 scale and minimum, activations quantized
+    to int8 per block of 32 (``kernels.c``)."""
+
+    name = "int4_native"
+
+    def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
+                 bias: torch.Tensor | None) -> None:
+        self.packed, self.scales, self.mins = quantize_int4_native(weight)
+        self.bias = None if bias is None else bias.float().contiguous()
+        n, k = weight.shape
+        super().__init__(lib.int4_linear,
+                         (self.packed.data_ptr(), self.scales.data_ptr(), self.mins.data_ptr(),
+                          _ptr(self.bias), n),
+                         n, k, _nbytes(self.packed, self.scales, self.mins, self.bias))
+
+
+class NativeF32Kernel(NativeKernel):
+    """fp32 dot products with FMA, several output rows per pass (``kernels.c``)."""
+
+    name = "fp32_native"
+
+    def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
+                 bias: torch.Tensor | None) -> None:
+        self.weight = weight.float().contiguous()
+        self.bias = None if bias is None else bias.float().contiguous()
+        n, k = weight.shape
+        super().__init__(lib.f32_linear, (self.weight.data_ptr(), _ptr(self.bias), n),
+                         n, k, _nbytes(self.weight, self.bias))
+
+
 def _short(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
 
@@ -192,7 +266,12 @@ def _quant_engines() -> list[str]:
 
 
 def candidates(mode: QuantMode, *, group_size: int = 32) -> list[Candidate]:
-    """The kernels this torch build offers for ``mode``, likeliest-fastest first."""
+    """The kernels this torch build (and the native library, where it compiled) offers
+    for ``mode``, likeliest-fastest first."""
+    return _torch_candidates(mode, group_size) + _native_candidates(mode, group_size)
+
+
+def _torch_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
     if mode is QuantMode.INT8:
         out = [Candidate(f"int8_dynamic_{e}",
                          lambda w, b, r, e=e: DynamicInt8Kernel(w, b, e))  # type: ignore[misc]
@@ -211,6 +290,32 @@ def candidates(mode: QuantMode, *, group_size: int = 32) -> list[Candidate]:
     if torch.backends.mkldnn.is_available():
         out.append(Candidate("fp32_onednn", lambda w, b, r: OneDnnKernel(w, b)))
     return out
+
+
+_NATIVE: dict[QuantMode, tuple[str, Callable[..., Kernel]]] = {
+    QuantMode.INT8: (NativeInt8Kernel.name, NativeInt8Kernel),
+    QuantMode.INT4: (NativeInt4Kernel.name, NativeInt4Kernel),
+    QuantMode.NONE: (NativeF32Kernel.name, NativeF32Kernel),
+}
+
+
+def _native_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
+    lib = native_status().library
+    if lib is None or (mode is QuantMode.INT4 and group_size != NATIVE_GROUP):
+        return []
+    name, kernel = _NATIVE[mode]
+    return [Candidate(name, lambda w, b, r: kernel(lib, w, b))]
+
+
+def absent_candidates(mode: QuantMode, *, group_size: int = 32) -> dict[str, str]:
+    """The candidates of ``mode`` left out on this machine, and why."""
+    name = _NATIVE[mode][0]
+    status = native_status()
+    if status.library is None:
+        return {name: status.reason}
+    if mode is QuantMode.INT4 and group_size != NATIVE_GROUP:
+        return {name: f"groups of {NATIVE_GROUP} only (asked for {group_size})"}
+    return {}
 
 
 def supports(mode: QuantMode, out_features: int, in_features: int, group_size: int) -> bool:

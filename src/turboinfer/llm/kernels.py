@@ -28,6 +28,7 @@ from turboinfer.llm.config import QuantMode
 from turboinfer.llm.kernel_candidates import (
     Candidate,
     Kernel,
+    absent_candidates,
     candidates,
     mkl_packing_available,
     supports,
@@ -53,6 +54,8 @@ class KernelChoice:
     layers: int = 0
     # Candidates dropped after one call (much slower than the best first call).
     dropped: tuple[str, ...] = field(default=())
+    # Candidates not offered on this machine, with the reason (no C compiler, ...).
+    absent: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -155,14 +158,19 @@ _DECISIONS: dict[tuple[object, ...], KernelChoice] = {}
 def _decide(mode: QuantMode, linear: nn.Linear, rows: int, group_size: int,
             measure: bool) -> KernelChoice:
     n, k = linear.weight.shape
-    key = (mode, n, k, linear.bias is not None, rows, group_size, torch.get_num_threads())
+    cands = candidates(mode, group_size=group_size)
+    # The candidate set is part of the key: the native kernels may be absent in one
+    # load (no compiler) and present in the next.
+    key = (mode, n, k, linear.bias is not None, rows, group_size, torch.get_num_threads(),
+           tuple(c.name for c in cands))
     if key not in _DECISIONS:
-        cands = candidates(mode, group_size=group_size)
+        absent = absent_candidates(mode, group_size=group_size)
         if measure:
-            _DECISIONS[key] = measure_shape(cands, linear.weight.detach().float(),
-                                            _bias(linear), rows, mode)
+            _DECISIONS[key] = dataclasses.replace(
+                measure_shape(cands, linear.weight.detach().float(), _bias(linear), rows, mode),
+                absent=absent)
         else:
-            return KernelChoice(mode.value, n, k, rows, cands[0].name, {})
+            return KernelChoice(mode.value, n, k, rows, cands[0].name, {}, absent=absent)
     return _DECISIONS[key]
 
 

@@ -93,6 +93,36 @@ def quantize_int4(weight: torch.Tensor, group_size: int,
     return q.to(torch.int32).reshape(n, k), scales, low
 
 
+NATIVE_GROUP = 32   # the native int4 kernel's group size (one 32-byte vector)
+
+
+def quantize_int4_native(weight: torch.Tensor,
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The native int4 kernel's layout: asymmetric groups of 32 along the input, fp16
+    scale and minimum (rounded to fp16 before the weights are quantized against them),
+    two weights per byte: byte j of a group holds q[j] low and q[j + 16] high.
+
+    Returns (packed [N, K/2] uint8, scales [N, K/32] fp16, minimums [N, K/32] fp16).
+    """
+    n, k = weight.shape
+    groups = weight.float().reshape(n, k // NATIVE_GROUP, NATIVE_GROUP)
+    low = groups.amin(dim=-1).half()
+    # 1e-7: a constant group's scale must stay a (subnormal) fp16 number, not zero.
+    scales = ((groups.amax(dim=-1) - low.float()) / 15).clamp(min=1e-7).half()
+    q = torch.clamp(torch.round((groups - low.float()[..., None]) / scales.float()[..., None]),
+                    0, 15).to(torch.uint8)
+    packed = q[..., :16] | (q[..., 16:] << 4)
+    return packed.reshape(n, k // 2).contiguous(), scales.contiguous(), low.contiguous()
+
+
+def dequantize_int4_native(packed: torch.Tensor, scales: torch.Tensor,
+                           mins: torch.Tensor) -> torch.Tensor:
+    n, half = packed.shape
+    groups = packed.reshape(n, -1, NATIVE_GROUP // 2)
+    q = torch.cat([groups & 0x0F, groups >> 4], dim=-1).float()
+    return (q * scales.float()[..., None] + mins.float()[..., None]).reshape(n, 2 * half)
+
+
 def dequantize_int4(q: torch.Tensor, scales: torch.Tensor, low: torch.Tensor,
                     group_size: int) -> torch.Tensor:
     n, k = q.shape

@@ -1,0 +1,134 @@
+"""Compile ``kernels.c`` once per source, compiler, flags and CPU, and load it.
+
+The shared library is kept in the cache folder (``$TURBOINFER_CACHE_DIR``, else the user
+cache folder) under a name that hashes everything its machine code depends on: the
+source, the flags, the compiler's ``--version`` and the CPU's feature flags
+(``-march=native`` compiles for this CPU). It is written under a unique temporary name
+and renamed into place, so processes compiling at the same time never load half a file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+SOURCE = Path(__file__).with_name("kernels.c")
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
+CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache uses
+DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
+COMPILE_TIMEOUT_S = 120
+
+_i64, _ptr = ctypes.c_int64, ctypes.c_void_p
+
+
+class NativeLibrary:
+    """The loaded kernels, their ctypes signatures set once (calls pass plain ints)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cdll = ctypes.CDLL(str(path))
+        self.simd_level = int(self._cdll.ti_simd_level())
+        # (x, rows, k, w, scales, bias, n, kp, y)
+        self.int8_linear = self._fn("ti_int8_linear",
+                                    [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr])
+        # (x, rows, k, w, scales, mins, bias, n, y)
+        self.int4_linear = self._fn("ti_int4_linear",
+                                    [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr])
+        # (x, rows, k, w, bias, n, y)
+        self.f32_linear = self._fn("ti_f32_linear", [_ptr, _i64, _i64, _ptr, _ptr, _i64, _ptr])
+
+    def _fn(self, name: str, argtypes: list[type]) -> Callable[..., int]:
+        fn = getattr(self._cdll, name)
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        return fn
+
+    @property
+    def isa(self) -> str:
+        return "avx2" if self.simd_level == 2 else "plain C"
+
+
+@dataclass(frozen=True)
+class NativeStatus:
+    library: NativeLibrary | None
+    reason: str = ""          # why there is no library; empty when there is
+
+
+def cache_dir() -> Path:
+    # Not turboinfer.models.cache: the llm layer sits below models and may not import it.
+    override = os.environ.get(CACHE_ENV)
+    path = (Path(override).expanduser() if override
+            else Path(platformdirs.user_cache_dir("turboinfer")))
+    return path / "native"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()}"
+
+
+def build_library(compiler: str, flags: tuple[str, ...] = FLAGS, *,
+                  folder: Path | None = None) -> NativeStatus:
+    """Compile (or find compiled) ``kernels.c`` with ``compiler`` and ``flags``; load it."""
+    argv = shlex.split(compiler)
+    if not argv or shutil.which(argv[0]) is None:
+        return NativeStatus(None, f"no C compiler: {compiler!r} not found (set CC)")
+    try:
+        version = subprocess.run([*argv, "--version"], capture_output=True, text=True,
+                                 timeout=COMPILE_TIMEOUT_S, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return NativeStatus(None, f"C compiler {compiler!r} does not run: {exc}")
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), version.encode(),
+                                        _cpu_flags().encode()])).hexdigest()[:16]
+    folder = folder or cache_dir()
+    final = folder / f"kernels-{digest}.so"
+    if not final.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{final.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            done = subprocess.run([*argv, *flags, "-o", str(tmp), str(SOURCE), "-lm"],
+                                  capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+                return NativeStatus(None, f"compiling kernels.c failed: {last}")
+            os.replace(tmp, final)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return NativeStatus(None, f"compiling kernels.c failed: {exc}")
+        finally:
+            tmp.unlink(missing_ok=True)
+    try:
+        return NativeStatus(NativeLibrary(final))
+    except (OSError, AttributeError) as exc:
+        return NativeStatus(None, f"loading {final.name} failed: {exc}")
+
+
+_STATUS: dict[tuple[str, str, str], NativeStatus] = {}
+
+
+def native_status() -> NativeStatus:
+    """The library for this process's ``$CC`` (``cc`` when unset), built once per
+    compiler; ``$TURBOINFER_NATIVE_KERNELS=0`` leaves it out."""
+    key = (os.environ.get("CC") or "cc", os.environ.get(DISABLE_ENV, ""),
+           os.environ.get(CACHE_ENV, ""))
+    if key not in _STATUS:
+        if key[1] == "0":
+            _STATUS[key] = NativeStatus(None, f"turned off ({DISABLE_ENV}=0)")
+        else:
+            _STATUS[key] = build_library(key[0])
+    return _STATUS[key]

@@ -1,0 +1,243 @@
+"""The hand-written C kernels (llm/native): each computes exactly what its quantization
+stands for, on odd shapes and row counts, in its vectorised and its plain C build; they
+join the measured candidates where a compiler is present and are absent, with the
+reason reported, where it is not."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turboinfer.llm import kernel_candidates
+from turboinfer.llm.config import QuantMode
+from turboinfer.llm.kernel_candidates import (
+    NativeF32Kernel,
+    NativeInt4Kernel,
+    NativeInt8Kernel,
+    absent_candidates,
+    candidates,
+)
+from turboinfer.llm.kernels import SelectedLinear, select_kernels
+from turboinfer.llm.loader import load_model
+from turboinfer.llm.native import NativeLibrary, build_library, native_status
+from turboinfer.llm.quant import dequantize_int4_native, quantize_int4_native, quantize_int8
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+
+PLAIN_FLAGS = ("-O2", "-fPIC", "-shared")     # no -march=native: the plain C path
+
+
+@pytest.fixture(scope="module", params=["native", "plain"])
+def library(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+            ) -> NativeLibrary:
+    if request.param == "native":
+        status = native_status()
+    else:
+        status = build_library("cc", PLAIN_FLAGS, folder=tmp_path_factory.mktemp("plain"))
+        assert status.library is not None and status.library.simd_level == 0
+    assert status.library is not None, status.reason
+    return status.library
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).norm() / want.norm())
+
+
+def _per_row_int8(x: torch.Tensor) -> torch.Tensor:
+    """What the int8 kernel multiplies: x rounded to 255 levels per row."""
+    scale = x.abs().amax(dim=1, keepdim=True) / 127
+    return torch.round(x / scale) * scale
+
+
+def _per_block_int8(x: torch.Tensor) -> torch.Tensor:
+    """What the int4 kernel multiplies: x rounded to 255 levels per block of 32."""
+    blocks = x.reshape(x.shape[0], -1, 32)
+    scale = blocks.abs().amax(dim=-1, keepdim=True) / 127
+    return (torch.round(blocks / scale) * scale).reshape(x.shape)
+
+
+SHAPES = [(37, 100), (8, 32), (96, 256), (5, 7)]
+
+
+@pytest.mark.parametrize("out_features,in_features", SHAPES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_fp32_kernel_equals_linear(library: NativeLibrary, out_features: int,
+                                   in_features: int, bias: bool) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(in_features, out_features, bias=bias).requires_grad_(False)
+    kernel = NativeF32Kernel(library, linear.weight, linear.bias)
+    assert kernel.read_bytes == 4 * (linear.weight.numel() + (out_features if bias else 0))
+    for rows in (1, 5, 16, 3):
+        x = torch.randn(rows, in_features)
+        torch.testing.assert_close(kernel(x), linear(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("out_features,in_features", SHAPES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_int8_kernel_is_exact_integer_arithmetic(library: NativeLibrary, out_features: int,
+                                                 in_features: int, bias: bool) -> None:
+    torch.manual_seed(1)
+    linear = nn.Linear(in_features, out_features, bias=bias).requires_grad_(False)
+    kernel = NativeInt8Kernel(library, linear.weight, linear.bias)
+    q, scales = quantize_int8(linear.weight)
+    assert q.abs().max() == 127     # full 8 bits: a saturating int16 sum would show below
+    padded = -(-in_features // 32) * 32
+    assert kernel.read_bytes == out_features * padded + 4 * out_features * (2 if bias else 1)
+    for rows in (1, 5, 16, 3):
+        x = torch.randn(rows, in_features)
+        # The same rounded activations and weights in float: only summation order differs.
+        want = F.linear(_per_row_int8(x), q.float() * scales[:, None], linear.bias)
+        got = kernel(x)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        assert _rel(got, linear(x)) < 2e-2
+
+
+def test_int8_kernel_on_large_activations_does_not_saturate(library: NativeLibrary) -> None:
+    # Every product at the extremes: 127 * 127 pairs sum to 32258 per int16 lane.
+    weight = torch.full((4, 64), 1.0)
+    weight[1] = -1.0
+    kernel = NativeInt8Kernel(library, weight, None)
+    x = torch.full((2, 64), 3.0)
+    x[1, ::2] = -3.0
+    torch.testing.assert_close(kernel(x), x @ weight.t())
+
+
+@pytest.mark.parametrize("out_features,in_features", [(37, 96), (8, 32), (96, 256)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_int4_kernel_equals_its_dequantized_weights(library: NativeLibrary, out_features: int,
+                                                    in_features: int, bias: bool) -> None:
+    torch.manual_seed(2)
+    linear = nn.Linear(in_features, out_features, bias=bias).requires_grad_(False)
+    linear.weight[0] = 0.25             # a constant group: scale at its floor, no NaN
+    kernel = NativeInt4Kernel(library, linear.weight, linear.bias)
+    deq = dequantize_int4_native(kernel.packed, kernel.scales, kernel.mins)
+    # 4 bits per weight and an fp16 scale and minimum per 32.
+    assert kernel.read_bytes == out_features * in_features // 2 + 4 * (
+        out_features * in_features // 32) + (4 * out_features if bias else 0)
+    assert _rel(deq, linear.weight) < 0.1
+    for rows in (1, 5, 16, 3):
+        x = torch.randn(rows, in_features)
+        want = F.linear(_per_block_int8(x), deq, linear.bias)
+        got = kernel(x)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        assert _rel(got, linear(x)) < 0.15
+
+
+def test_kernels_take_strided_and_zero_inputs(library: NativeLibrary) -> None:
+    torch.manual_seed(3)
+    linear = nn.Linear(64, 24).requires_grad_(False)
+    x = torch.randn(64, 6).t()          # not contiguous
+    zeros = torch.zeros(2, 64)
+    for kernel in (NativeF32Kernel(library, linear.weight, linear.bias),
+                   NativeInt8Kernel(library, linear.weight, linear.bias),
+                   NativeInt4Kernel(library, linear.weight, linear.bias)):
+        assert _rel(kernel(x), linear(x)) < 0.15, kernel.name
+        torch.testing.assert_close(kernel(zeros), linear.bias.expand(2, -1))
+
+
+def test_native_kernels_are_measured_candidates() -> None:
+    for mode, name in [(QuantMode.NONE, "fp32_native"), (QuantMode.INT8, "int8_native"),
+                       (QuantMode.INT4, "int4_native")]:
+        assert name in {c.name for c in candidates(mode)}
+        assert absent_candidates(mode) == {}
+    # The int4 kernel holds groups of 32 only.
+    assert "int4_native" not in {c.name for c in candidates(QuantMode.INT4, group_size=64)}
+    assert "groups of 32" in absent_candidates(QuantMode.INT4, group_size=64)["int4_native"]
+
+
+@pytest.fixture
+def native_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the native kernels are offered, so the measurement has to pick them."""
+    monkeypatch.setattr(kernel_candidates, "_torch_candidates", lambda mode, group: [])
+
+
+def test_llm_on_native_fp32_kernels_matches_transformers(tiny_llm_dir: Path,
+                                                         native_only: None) -> None:
+    from llm_helpers import hf_greedy
+
+    from turboinfer.llm import LLM, EngineConfig, SamplingParams
+
+    prompt = [5, 17, 99, 3, 42, 7, 64, 1, 2, 88, 31]
+    llm = LLM(tiny_llm_dir, config=EngineConfig(kv_cache_tokens=512, block_size=4))
+    assert {c.chosen for c in llm.kernel_choices} == {"fp32_native"}
+    layer = llm.model.layers[0].self_attn.qkv_proj
+    assert isinstance(layer, SelectedLinear) and layer.small.name == "fp32_native"
+    out = llm.generate(prompt, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
+    assert list(out[0].token_ids) == hf_greedy(tiny_llm_dir, prompt, 24)
+
+
+def _dequantized(model: nn.Module, mode: QuantMode) -> nn.Module:
+    """``model`` with each linear weight replaced by what its native quantized form holds."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            w = module.weight.data
+            if mode is QuantMode.INT8:
+                q, scales = quantize_int8(w)
+                deq = q.float() * scales[:, None]
+            else:
+                deq = dequantize_int4_native(*quantize_int4_native(w))
+            module.weight = nn.Parameter(deq, requires_grad=False)
+    return model
+
+
+@pytest.mark.parametrize("mode", [QuantMode.INT8, QuantMode.INT4])
+def test_model_on_native_quantized_kernels_matches_its_float_weights(
+        tiny_llama_dir: Path, native_only: None, mode: QuantMode) -> None:
+    # The reference holds the same quantized weights in fp32: what remains is the
+    # rounding of the activations to 8 bits (the same bound as torch's dynamic int8 in
+    # test_llm_kernels.py).
+    plain = _dequantized(load_model(tiny_llama_dir), mode)
+    model = load_model(tiny_llama_dir)
+    choices = select_kernels(model, mode)
+    assert {c.chosen for c in choices} == {f"{mode.value}_native"}
+    ids = torch.arange(1, 40) % plain.config.vocab_size
+    pos = torch.arange(ids.numel())
+    with torch.inference_mode():
+        for n in (ids.numel(), 1):      # prefill rows, then one decode row
+            want = plain.logits(plain(ids[:n], pos[:n]))
+            got = model.logits(model(ids[:n], pos[:n]))
+            assert _rel(got, want) < 4e-2, (n, _rel(got, want))
+
+
+def test_without_a_compiler_the_engine_runs_on_torch_kernels(
+        tiny_llm_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from turboinfer.llm import LLM, EngineConfig, SamplingParams
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("TURBOINFER_CACHE_DIR", str(tmp_path / "cache"))
+    status = native_status()
+    assert status.library is None and "no C compiler" in status.reason
+    assert not [c for c in candidates(QuantMode.INT8) if c.name.endswith("native")]
+    llm = LLM(tiny_llm_dir, quant="int8",
+              config=EngineConfig(kv_cache_tokens=512, block_size=4))
+    assert llm.kernel_choices
+    native_names = {"none": "fp32_native", "int8": "int8_native", "int4": "int4_native"}
+    for choice in llm.kernel_choices:
+        assert not choice.chosen.endswith("native")
+        assert "no C compiler" in choice.absent[native_names[choice.mode]]
+    out = llm.generate([5, 17, 99], SamplingParams(max_tokens=6, temperature=0,
+                                                   ignore_eos=True))
+    assert len(out[0].token_ids) == 6
+
+
+def test_a_failing_compile_is_reported(tmp_path: Path) -> None:
+    status = build_library("cc", ("-fno-such-flag-anywhere",), folder=tmp_path)
+    assert status.library is None and status.reason.startswith("compiling kernels.c failed")
+    assert not list(tmp_path.iterdir())     # no half-written library left behind
+
+
+def test_the_library_is_compiled_once_per_key(tmp_path: Path) -> None:
+    first = build_library("cc", PLAIN_FLAGS, folder=tmp_path)
+    assert first.library is not None
+    built = sorted(tmp_path.iterdir())
+    assert len(built) == 1 and built[0].suffix == ".so"
+    mtime = built[0].stat().st_mtime_ns
+    second = build_library("cc", PLAIN_FLAGS, folder=tmp_path)
+    assert second.library is not None and built[0].stat().st_mtime_ns == mtime
+    build_library("cc", ("-O1", "-fPIC", "-shared"), folder=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 2     # other flags, another file
