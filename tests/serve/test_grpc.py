@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import queue
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from test_malformed import GRPC_CORPUS
-from tritonclient.grpc import service_pb2_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from turboinfer.serve.request_log import one_line
@@ -106,3 +109,83 @@ def test_each_malformed_request_gets_invalid_argument_and_one_log_line(
             assert lines[0].endswith(one_line(
                 f"INVALID_ARGUMENT gRPC ModelInfer: {caught.value.details()}")), name
     assert "Traceback" not in server.log.read_text()
+
+
+def test_stream_answers_every_request_by_id(client: grpcclient.InferenceServerClient) -> None:
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        # All sent before any is read: several are in flight on the one stream at once.
+        for i in range(20):
+            x = np.full((1 + i % 3, 16), i, np.float32)
+            client.async_stream_infer("affine", [_tensor(x)], request_id=f"s{i}")
+        got = [answers.get(timeout=30) for _ in range(20)]
+    finally:
+        client.stop_stream()
+    assert all(error is None for _, error in got), [e for _, e in got if e]
+    by_id = {result.get_response().id: result for result, _ in got}
+    assert sorted(by_id) == sorted(f"s{i}" for i in range(20))
+    for i in range(20):
+        x = np.full((1 + i % 3, 16), i, np.float32)
+        np.testing.assert_allclose(by_id[f"s{i}"].as_numpy("output"), 2 * x + 1)
+
+
+def test_stream_refuses_one_request_and_goes_on(
+        client: grpcclient.InferenceServerClient) -> None:
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        client.async_stream_infer("nope", [_tensor(np.zeros((1, 16), np.float32))],
+                                  request_id="bad")
+        _, error = answers.get(timeout=30)
+        client.async_stream_infer("affine", [_tensor(np.zeros((1, 16), np.float32))],
+                                  request_id="good")
+        result, after = answers.get(timeout=30)
+    finally:
+        client.stop_stream()
+    assert isinstance(error, InferenceServerException) and "unknown model" in str(error)
+    assert after is None and result.get_response().id == "good"
+    assert result.as_numpy("output")[0, 0] == 1.0
+
+
+def test_stream_answers_each_malformed_request_with_an_error_and_one_log_line(
+        server: Server) -> None:
+    """The malformed corpus and bytes that are no protobuf, all on one stream: each gets
+    an ``error_message`` naming the problem, one log line, and the stream stays open
+    (a good request after them succeeds)."""
+    requests = [request.SerializeToString() for _, request in GRPC_CORPUS]
+    requests.append(b"\xff\xff\xff\xff not a protobuf")
+    good = service_pb2.ModelInferRequest(model_name="affine", id="last")
+    good.inputs.add(name="input", datatype="FP32", shape=[1, 16])
+    good.raw_input_contents.append(np.zeros(16, np.float32).tobytes())
+    since = server.log.stat().st_size
+    answered = threading.Semaphore(0)
+    answers = []
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                     response_deserializer=(
+                                         service_pb2.ModelStreamInferResponse.FromString))
+        # One at a time, so each answer lines up with its request.
+        for answer in call(_paced([*requests, good.SerializeToString()], answered),
+                           timeout=60):
+            answers.append(answer)
+            answered.release()
+    assert len(answers) == len(requests) + 1
+    names = [name for name, _ in GRPC_CORPUS] + ["no protobuf"]
+    for name, answer in zip(names, answers, strict=False):
+        assert answer.error_message, name
+    assert "not a ModelInferRequest" in answers[len(requests) - 1].error_message
+    assert not answers[-1].error_message and answers[-1].infer_response.id == "last"
+    lines = _new_log_lines(server, since)
+    assert len(lines) == len(requests), lines
+    assert all("INVALID_ARGUMENT gRPC ModelStreamInfer" in line for line in lines), lines
+    assert "Traceback" not in server.log.read_text()
+
+
+def _paced(requests: list[bytes], answered: threading.Semaphore) -> Iterator[bytes]:
+    """Each request once the previous one's answer is in (grpc pulls this iterator on
+    its own thread)."""
+    for request in requests:
+        yield request
+        if not answered.acquire(timeout=30):
+            return

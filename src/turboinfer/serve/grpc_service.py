@@ -4,10 +4,18 @@ The message classes are the protocol's own generated definitions as shipped with
 tritonclient. The service runs on the HTTP server's event loop, so both transports share
 one batcher per model version. Descriptions come from ``ServerCore`` as Triton's JSON and
 are parsed into the messages, so gRPC and HTTP always agree.
+
+``ModelStreamInfer`` carries many infer requests on one call, as Triton's does: each
+request runs as it arrives (several in flight on one stream batch together), and each
+answer is written when ready, carrying its request's ``id``; a refused request gets a
+response with ``error_message`` and the stream goes on. A unary call costs grpc.aio a
+task and four completion-queue operations of its own, a streamed request one read and
+one write, which is why a busy client should stream.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -124,10 +132,13 @@ def _from_contents(tensor: Any, dtype: np.dtype, shape: tuple[int, ...],
 
 
 def encode_infer(model: str, version: str, request: InferRequest,
-                 outputs: dict[str, np.ndarray]) -> Any:
+                 outputs: dict[str, np.ndarray], response: Any = None) -> Any:
+    """The ModelInferResponse, built in ``response`` when given (a stream's message)."""
     names = [o.name for o in request.outputs] if request.outputs else list(outputs)
-    response = service_pb2.ModelInferResponse(model_name=model, model_version=version,
-                                              id=request.id or "")
+    if response is None:
+        response = service_pb2.ModelInferResponse()
+    response.model_name, response.model_version = model, version
+    response.id = request.id or ""
     for name in names:
         array = outputs[name]
         response.outputs.add(name=name, datatype=datatype_of(array.dtype), shape=array.shape)
@@ -195,6 +206,40 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             return bytes(response.SerializeToString())
         return await _guard(context, call, "ModelInfer")
 
+    async def model_stream_infer_bytes(self, requests: Any, context: Any) -> None:
+        """ModelStreamInfer on the wire's bytes: each request runs in its own task as
+        it arrives; answers go out one write at a time, in the order they finish."""
+        writing = asyncio.Lock()  # grpc.aio takes one write at a time
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while (data := await context.read()) is not grpc.aio.EOF:
+                task = asyncio.create_task(self._stream_one(data, context, writing))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:
+                await asyncio.gather(*running)
+        finally:
+            for task in running:  # the client went away: nobody reads these answers
+                task.cancel()
+
+    async def _stream_one(self, data: bytes, context: Any, writing: asyncio.Lock) -> None:
+        message = service_pb2.ModelStreamInferResponse()
+        request: Any = None
+        try:
+            request = parse_infer(data)
+            decoded = decode_infer(request)
+            served, outputs = await self.core.infer(request.model_name,
+                                                    request.model_version or None, decoded)
+            encode_infer(served.name, served.label, decoded, outputs,
+                         message.infer_response)
+        except Exception as exc:
+            message = _stream_error(exc, request)
+        async with writing:
+            try:
+                await context.write(message.SerializeToString())
+            except Exception:  # the call ended (client gone): nobody reads this answer
+                log.debug("stream answer not written: the call has ended", exc_info=True)
+
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         return json_format.ParseDict({"models": self.core.repository_index()},
                                      service_pb2.RepositoryIndexResponse())
@@ -210,6 +255,23 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             await self.core.unload(request.model_name)
             return service_pb2.RepositoryModelUnloadResponse()
         return await _guard(context, call)
+
+
+def _stream_error(exc: Exception, request: Any) -> Any:
+    """A stream's answer to a refused request: Triton's ``error_message``, with the
+    request's id and model so the client can tell which one failed."""
+    reply = reply_for(exc)
+    if not isinstance(exc, TurboinferError):
+        log.exception("gRPC stream request failed")
+    elif logged(reply.http_status):
+        request_log.warning("%s", one_line(f"{reply.grpc_code} gRPC ModelStreamInfer: "
+                                           f"{reply.message}"))
+    message = service_pb2.ModelStreamInferResponse(error_message=reply.message)
+    if request is not None:
+        message.infer_response.id = request.id
+        message.infer_response.model_name = request.model_name
+        message.infer_response.model_version = request.model_version
+    return message
 
 
 async def start_grpc(core: ServerCore, host: str, port: int) -> tuple[Any, int]:
@@ -228,7 +290,8 @@ async def start_grpc(core: ServerCore, host: str, port: int) -> tuple[Any, int]:
 
 class _Handlers:
     """Stands in for the server while the generated code registers the service, to
-    collect its method handlers: ModelInfer's is then replaced by the bytes one."""
+    collect its method handlers: ModelInfer's and ModelStreamInfer's are then replaced by
+    the bytes ones."""
 
     def __init__(self) -> None:
         self.handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -244,5 +307,7 @@ def _register(server: Any, service: InferenceService) -> None:
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, collected)
     handlers = collected.handlers
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(service.model_infer_bytes)
+    handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        service.model_stream_infer_bytes)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)
