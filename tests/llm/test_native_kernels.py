@@ -71,7 +71,9 @@ def test_fp32_kernel_equals_linear(library: NativeLibrary, out_features: int,
     torch.manual_seed(0)
     linear = nn.Linear(in_features, out_features, bias=bias).requires_grad_(False)
     kernel = NativeF32Kernel(library, linear.weight, linear.bias)
-    assert kernel.read_bytes == 4 * (linear.weight.numel() + (out_features if bias else 0))
+    # Rows padded to tiles of 4, columns to blocks of 16.
+    padded = -(-out_features // 4) * 4 * -(-in_features // 16) * 16
+    assert kernel.read_bytes == 4 * (padded + (out_features if bias else 0))
     for rows in (1, 5, 16, 3):
         x = torch.randn(rows, in_features)
         torch.testing.assert_close(kernel(x), linear(x), atol=1e-5, rtol=1e-5)
@@ -86,8 +88,8 @@ def test_int8_kernel_is_exact_integer_arithmetic(library: NativeLibrary, out_fea
     kernel = NativeInt8Kernel(library, linear.weight, linear.bias)
     q, scales = quantize_int8(linear.weight)
     assert q.abs().max() == 127     # full 8 bits: a saturating int16 sum would show below
-    padded = -(-in_features // 32) * 32
-    assert kernel.read_bytes == out_features * padded + 4 * out_features * (2 if bias else 1)
+    padded = -(-out_features // 4) * 4 * -(-in_features // 32) * 32
+    assert kernel.read_bytes == padded + 4 * out_features * (2 if bias else 1)
     for rows in (1, 5, 16, 3):
         x = torch.randn(rows, in_features)
         # The same rounded activations and weights in float: only summation order differs.
@@ -116,9 +118,9 @@ def test_int4_kernel_equals_its_dequantized_weights(library: NativeLibrary, out_
     linear.weight[0] = 0.25             # a constant group: scale at its floor, no NaN
     kernel = NativeInt4Kernel(library, linear.weight, linear.bias)
     deq = dequantize_int4_native(kernel.packed, kernel.scales, kernel.mins)
-    # 4 bits per weight and an fp16 scale and minimum per 32.
-    assert kernel.read_bytes == out_features * in_features // 2 + 4 * (
-        out_features * in_features // 32) + (4 * out_features if bias else 0)
+    # 4 bits per weight and an fp16 scale and minimum per 32, rows padded to tiles of 4.
+    padded = -(-out_features // 4) * 4 * in_features
+    assert kernel.read_bytes == padded // 2 + 4 * padded // 32 + (4 * out_features if bias else 0)
     assert _rel(deq, linear.weight) < 0.1
     for rows in (1, 5, 16, 3):
         x = torch.randn(rows, in_features)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from turboinfer.llm.config import QuantMode
 from turboinfer.llm.native import NativeLibrary, native_status
+from turboinfer.llm.native.layout import f32_tiles, int4_tiles, int8_tiles
 from turboinfer.llm.quant import NATIVE_GROUP, quantize_int4, quantize_int4_native, quantize_int8
 
 
@@ -41,6 +42,14 @@ def _nbytes(*tensors: torch.Tensor | None) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
+def _own_copy(weight: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy that shares no memory with ``weight``. The timing calls several
+    copies of a kernel in turn so that they read from memory, as the model's layers do;
+    ``weight.contiguous()`` would hand every copy the same cached tensor (measured:
+    ``F.linear`` at 34 GB/s on a 6 MB weight, against 15-18 for a real stream)."""
+    return weight.detach().clone(memory_format=torch.contiguous_format)
+
+
 class LinearKernel(Kernel):
     """``F.linear`` on the usual ``[N, K]`` weight."""
 
@@ -48,7 +57,7 @@ class LinearKernel(Kernel):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__(_nbytes(weight, bias))
-        self.weight, self.bias = weight.contiguous(), bias
+        self.weight, self.bias = _own_copy(weight), bias
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -93,7 +102,7 @@ class OneDnnKernel(Kernel):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__(_nbytes(weight, bias))
-        self.weight, self.bias = weight.contiguous(), bias
+        self.weight, self.bias = _own_copy(weight), bias
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
@@ -202,13 +211,13 @@ class NativeInt8Kernel(NativeKernel):
                  bias: torch.Tensor | None) -> None:
         q, scales = quantize_int8(weight.float())
         n, k = q.shape
-        padded = -(-k // 32) * 32         # whole 32-byte vectors; the padding is zero
-        self.q = torch.nn.functional.pad(q, (0, padded - k)).contiguous()
+        self.tiles, padded = int8_tiles(q)
         self.scales = scales.float().contiguous()
         self.bias = None if bias is None else bias.float().contiguous()
         super().__init__(lib.int8_linear,
-                         (self.q.data_ptr(), self.scales.data_ptr(), _ptr(self.bias), n, padded),
-                         n, k, _nbytes(self.q, self.scales, self.bias))
+                         (self.tiles.data_ptr(), self.scales.data_ptr(), _ptr(self.bias), n,
+                          padded),
+                         n, k, _nbytes(self.tiles, self.scales, self.bias))
 
 
 class NativeInt4Kernel(NativeKernel):
@@ -220,12 +229,11 @@ class NativeInt4Kernel(NativeKernel):
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
                  bias: torch.Tensor | None) -> None:
         self.packed, self.scales, self.mins = quantize_int4_native(weight)
+        self.tiles = int4_tiles(self.packed, self.scales, self.mins)
         self.bias = None if bias is None else bias.float().contiguous()
         n, k = weight.shape
-        super().__init__(lib.int4_linear,
-                         (self.packed.data_ptr(), self.scales.data_ptr(), self.mins.data_ptr(),
-                          _ptr(self.bias), n),
-                         n, k, _nbytes(self.packed, self.scales, self.mins, self.bias))
+        super().__init__(lib.int4_linear, (self.tiles.data_ptr(), _ptr(self.bias), n),
+                         n, k, _nbytes(self.tiles, self.bias))
 
 
 class NativeF32Kernel(NativeKernel):
@@ -235,11 +243,11 @@ class NativeF32Kernel(NativeKernel):
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
                  bias: torch.Tensor | None) -> None:
-        self.weight = weight.float().contiguous()
+        self.tiles, padded = f32_tiles(weight.float())
         self.bias = None if bias is None else bias.float().contiguous()
         n, k = weight.shape
-        super().__init__(lib.f32_linear, (self.weight.data_ptr(), _ptr(self.bias), n),
-                         n, k, _nbytes(self.weight, self.bias))
+        super().__init__(lib.f32_linear, (self.tiles.data_ptr(), _ptr(self.bias), n, padded),
+                         n, k, _nbytes(self.tiles, self.bias))
 
 
 def _short(dtype: torch.dtype) -> str:

@@ -39,14 +39,14 @@ class NativeLibrary:
         self.path = path
         self._cdll = ctypes.CDLL(str(path))
         self.simd_level = int(self._cdll.ti_simd_level())
-        # (x, rows, k, w, scales, bias, n, kp, y)
+        # (x, rows, k, tiles, scales, bias, n, kp, y)
         self.int8_linear = self._fn("ti_int8_linear",
                                     [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr])
-        # (x, rows, k, w, scales, mins, bias, n, y)
-        self.int4_linear = self._fn("ti_int4_linear",
-                                    [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr])
-        # (x, rows, k, w, bias, n, y)
-        self.f32_linear = self._fn("ti_f32_linear", [_ptr, _i64, _i64, _ptr, _ptr, _i64, _ptr])
+        # (x, rows, k, tiles, bias, n, y)
+        self.int4_linear = self._fn("ti_int4_linear", [_ptr, _i64, _i64, _ptr, _ptr, _i64, _ptr])
+        # (x, rows, k, tiles, bias, n, kp, y)
+        self.f32_linear = self._fn("ti_f32_linear",
+                                   [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
 
     def _fn(self, name: str, argtypes: list[type]) -> Callable[..., int]:
         fn = getattr(self._cdll, name)

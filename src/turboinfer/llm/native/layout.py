@@ -1,0 +1,43 @@
+"""The weight layouts of ``kernels.c``: tiles of 4 output rows, interleaved per block of
+columns, so that one tile is one sequential stream through memory. The output rows are
+padded with zero rows to a multiple of 4 and the columns with zeros to whole blocks."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+TILE_ROWS = 4
+
+
+def _interleave(t: torch.Tensor, block: int) -> torch.Tensor:
+    """``[N, K]`` -> ``[N4 / 4, K' / block, 4, block]`` (flattened), zero padded."""
+    n, k = t.shape
+    kp, n4 = -(-k // block) * block, -(-n // TILE_ROWS) * TILE_ROWS
+    padded = F.pad(t, (0, kp - k, 0, n4 - n))
+    tiles = padded.reshape(n4 // TILE_ROWS, TILE_ROWS, kp // block, block).permute(0, 2, 1, 3)
+    return tiles.contiguous().reshape(-1)
+
+
+def int8_tiles(q: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """int8 ``[N, K]`` in blocks of 32 bytes; returns (tiles, padded K)."""
+    return _interleave(q, 32), -(-q.shape[1] // 32) * 32
+
+
+def f32_tiles(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """fp32 ``[N, K]`` in blocks of 16 floats; returns (tiles, padded K)."""
+    return _interleave(weight, 16), -(-weight.shape[1] // 16) * 16
+
+
+def int4_tiles(packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> torch.Tensor:
+    """80-byte records per tile and group of 32: the 4 rows' 16 nibble bytes, their 4
+    fp16 scales, their 4 fp16 minimums."""
+    n, groups = scales.shape
+    n4 = -(-n // TILE_ROWS) * TILE_ROWS
+    nibbles = _interleave(packed, 16).reshape(n4 // TILE_ROWS, groups, 64)
+
+    def per_group(t: torch.Tensor) -> torch.Tensor:     # [N, G] fp16 -> [N4/4, G, 8] bytes
+        t = F.pad(t, (0, 0, 0, n4 - n)).reshape(n4 // TILE_ROWS, TILE_ROWS, groups)
+        return t.permute(0, 2, 1).contiguous().view(torch.uint8)
+
+    return torch.cat([nibbles, per_group(scales), per_group(mins)], dim=-1).reshape(-1)
