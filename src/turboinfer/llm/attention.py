@@ -4,7 +4,10 @@ The linear layers run on all of a step's tokens packed into one ``[T, ...]`` ten
 (no padding, so no wasted matmul work). Attention needs per-sequence structure, so
 queries are scattered into ``[B, Qmax, ...]``, keys/values are gathered from the cache
 through the block tables into ``[B, L, ...]``, and one masked SDPA call covers the whole
-batch. A decode-only step (every query length 1) skips the scatter entirely.
+batch. A decode-only step (every query length 1) skips the scatter entirely, and a step
+of fresh prompts (nothing cached before them) skips the cache read: each prompt attends
+to its own keys and values with causal SDPA, which also skips the masked-out half of the
+score blocks that an explicit mask makes it compute.
 """
 
 from __future__ import annotations
@@ -49,8 +52,12 @@ class AttentionBatch:
     block_tables: torch.Tensor   # [B, max_blocks]
     # [B, 1, Qmax, L] float: 0 where attention is allowed, -inf elsewhere. Additive and
     # built once per step: SDPA would otherwise turn a bool mask into this in every layer.
-    mask: torch.Tensor
+    # None for a fresh step, which needs no mask.
+    mask: torch.Tensor | None
     max_query_len: int
+    query_lens: tuple[int, ...] = ()
+    # Every sequence starts at position 0: its keys are exactly this step's own.
+    fresh: bool = False
 
     @classmethod
     def build(cls, *, starts: list[int], query_lens: list[int], block_tables: list[list[int]],
@@ -73,16 +80,20 @@ class AttentionBatch:
                        torch.zeros(num_seqs, dtype=torch.long), tables, _additive(allowed), 1)
         start = torch.tensor(starts, dtype=torch.long)
         qlens = torch.tensor(query_lens, dtype=torch.long)
+        fresh = not any(starts)
         seq_index = torch.repeat_interleave(torch.arange(num_seqs), qlens)  # [T]
         first = torch.cumsum(qlens, 0) - qlens
         query_offset = torch.arange(int(qlens.sum())) - first[seq_index]
         positions = start[seq_index] + query_offset
         slots_t = (tables[seq_index, positions // block_size] * block_size
                    + positions % block_size)
+        if fresh:
+            return cls(positions, slots_t, seq_index, query_offset, tables, None, max_q,
+                       tuple(query_lens), fresh=True)
         query_pos = start[:, None] + torch.arange(max_q)[None, :]              # [B, Qmax]
         allowed = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)  # [B,1,Q,L]
         return cls(positions, slots_t, seq_index, query_offset, tables, _additive(allowed),
-                   max_q)
+                   max_q, tuple(query_lens))
 
 
 def _additive(allowed: torch.Tensor) -> torch.Tensor:
@@ -102,7 +113,10 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     flat_v = v_cache.view(-1, num_kv_heads, head_dim)
     flat_k.index_copy_(0, batch.slot_mapping, k)
     flat_v.index_copy_(0, batch.slot_mapping, v)
+    if batch.fresh:
+        return fresh_attention(q, k, v, batch.query_lens, scale=scale)
 
+    assert batch.mask is not None
     num_seqs = batch.block_tables.shape[0]
     # index_select copies whole blocks (contiguous runs); 2-D advanced indexing gathers
     # element by element and took several times the CPU for the same gather.
@@ -128,9 +142,27 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 
 def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                     scale: float) -> torch.Tensor:
-    """Causal attention of one sequence without a cache. q: [T, H, D]; k, v: [T, KVH, D]."""
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True,
-        scale=scale, enable_gqa=k.shape[1] != q.shape[1],
-    )
-    return out.transpose(0, 1)
+    """Causal attention of one sequence without a cache. q: [T, H, D]; k, v: [T, KVH, D].
+
+    Batched as [1, heads, T, D]: with 3-D inputs and grouped heads SDPA leaves its flash
+    kernel for the unfused math path (several times slower on a 512-token prompt)."""
+    qb, kb, vb = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+    out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale,
+                                         enable_gqa=k.shape[1] != q.shape[1])
+    return out.squeeze(0).transpose(0, 1)
+
+
+def fresh_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    query_lens: tuple[int, ...], *, scale: float) -> torch.Tensor:
+    """Causal attention of packed prompts that have nothing cached before them: each one
+    attends to its own keys and values. Prompts of one length go through one SDPA call."""
+    if len(query_lens) == 1:
+        return dense_attention(q, k, v, scale=scale)
+    if len(set(query_lens)) == 1:
+        n = len(query_lens)
+        qb, kb, vb = (x.view(n, -1, *x.shape[1:]).transpose(1, 2) for x in (q, k, v))
+        out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale,
+                                             enable_gqa=k.shape[1] != q.shape[1])
+        return out.transpose(1, 2).reshape(q.shape)
+    parts = zip(q.split(query_lens), k.split(query_lens), v.split(query_lens), strict=True)
+    return torch.cat([dense_attention(qs, ks, vs, scale=scale) for qs, ks, vs in parts])

@@ -5,11 +5,13 @@ faster with bf16 activations than with fp32 ones, on another fbgemm's dynamic-in
 linear beat fp32 4.6x at one row, and the fp32 layout MKL prefers depends on the row
 count. So for every distinct linear shape of the model, each candidate of the weight
 format (``llm/kernel_candidates.py``) is built and timed on that shape at the row counts
-the engine runs (1 for batch-1 decode, 16 for a busy batch), in interleaved rounds, and
-the fastest per row count is kept. A layer then holds the winner for few rows and the
-winner for many (one object when they are the same kernel) and picks by the rows of each
-call. Decisions are kept per process, so a second model of the same shapes loads without
-timing again. ``KernelChoice`` records what was timed and chosen (``llm bench --json``).
+the engine runs (1 for batch-1 decode, 16 for a busy batch, 512 for a prompt chunk), in
+interleaved rounds, and the fastest per row count is kept. A layer then holds the winner
+for each (one object where they are the same kernel) and picks by the rows of each call:
+on one machine MKL's weight packed for 16 rows took 48 ms at 512 rows where the
+transposed weight took 41. Decisions are kept per process, so a second model of the same
+shapes loads without timing again. ``KernelChoice`` records what was timed and chosen
+(``llm bench --json``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ from turboinfer.llm.kernel_candidates import (
 )
 
 ROW_COUNTS = (1, 16)
+# A prompt chunk (the engine's default token budget per step). Compute-bound, so timed
+# on one weight copy in fewer rounds: each call takes tens of milliseconds.
+PREFILL_ROWS = 512
+PREFILL_ROUNDS = 3
 ROUNDS = 5
 MAX_COPIES = 16             # weight copies rotated through, so timing reads from memory
 ROUND_BUDGET_S = 0.01       # per candidate and round; at least one call
@@ -61,7 +67,8 @@ class KernelChoice:
         return asdict(self)
 
 
-def time_kernels(kernels: dict[str, list[Kernel]], x: torch.Tensor) -> dict[str, float]:
+def time_kernels(kernels: dict[str, list[Kernel]], x: torch.Tensor,
+                 rounds: int = ROUNDS) -> dict[str, float]:
     """Median milliseconds per call of each kernel on ``x``, in interleaved rounds; each
     call goes to the next of the kernel's copies."""
     per_call = {}
@@ -74,7 +81,7 @@ def time_kernels(kernels: dict[str, list[Kernel]], x: torch.Tensor) -> dict[str,
     reps = {n: max(len(kernels[n]), int(ROUND_BUDGET_S / max(t, 1e-7)))
             for n, t in per_call.items()}
     samples: dict[str, list[float]] = {n: [] for n in kernels}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for name, copies in kernels.items():
             start = time.perf_counter()
             for i in range(reps[name]):
@@ -101,8 +108,10 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
 
     In the model every decode step streams all layers' weights from memory, so a weight
     smaller than the last-level cache is timed as several copies called in turn (their
-    total twice the cache), not as one copy that stays cached between calls.
+    total twice the cache), not as one copy that stays cached between calls. A prompt
+    chunk (``PREFILL_ROWS`` or more) reuses each weight across its rows: one copy.
     """
+    prefill = rows >= PREFILL_ROWS
     x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
     kernels: dict[str, list[Kernel]] = {}
     first: dict[str, float] = {}
@@ -119,10 +128,11 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
         if first[cand.name] > DROP_FACTOR * min(first.values()):
             dropped.append(cand.name)
             continue
-        copies = min(MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / kernel.read_bytes))
+        copies = (1 if prefill else
+                  min(MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / kernel.read_bytes)))
         kernels[cand.name] = [kernel] + [cand.build(weight, bias, rows)
                                          for _ in range(copies - 1)]
-    timings = time_kernels(kernels, x)
+    timings = time_kernels(kernels, x, PREFILL_ROUNDS if prefill else ROUNDS)
     timings.update({n: 1e3 * first[n] for n in dropped})
     chosen = min(kernels, key=timings.__getitem__)
     return KernelChoice(mode.value, weight.shape[0], weight.shape[1], rows, chosen,
@@ -131,25 +141,31 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
 
 class SelectedLinear(nn.Module):
     """An inference-only ``nn.Linear``: the kernel chosen for few rows up to
-    ``split_rows`` rows per call, the one chosen for many above."""
+    ``split_rows`` rows per call, the one chosen for many up to ``prefill_split``, the
+    one chosen for a prompt chunk above (``prefill``; the many-rows one when omitted)."""
 
     def __init__(self, small: Kernel, large: Kernel, split_rows: int,
-                 in_features: int, out_features: int) -> None:
+                 in_features: int, out_features: int, *, prefill: Kernel | None = None,
+                 prefill_split: int = 0) -> None:
         super().__init__()
         self.small, self.large, self.split_rows = small, large, split_rows
+        self.prefill = large if prefill is None else prefill
+        self.prefill_split = prefill_split if prefill is not None else 2**62
         self.in_features, self.out_features = in_features, out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
-        kernel = self.small if flat.shape[0] <= self.split_rows else self.large
-        return kernel(flat).view(*x.shape[:-1], self.out_features)
+        return self.kernel_for(flat.shape[0])(flat).view(*x.shape[:-1], self.out_features)
 
     def kernel_for(self, rows: int) -> Kernel:
-        return self.small if rows <= self.split_rows else self.large
+        if rows <= self.split_rows:
+            return self.small
+        return self.large if rows <= self.prefill_split else self.prefill
 
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, small={self.small.name}, "
-                f"large={self.large.name}, split_rows={self.split_rows}")
+                f"large={self.large.name}, prefill={self.prefill.name}, "
+                f"split_rows={self.split_rows}, prefill_split={self.prefill_split}")
 
 
 _DECISIONS: dict[tuple[object, ...], KernelChoice] = {}
@@ -186,16 +202,22 @@ def _build(mode: QuantMode, name: str, linear: nn.Linear, rows: int,
 
 def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                    row_counts: tuple[int, int] = ROW_COUNTS,
+                   prefill_rows: int = PREFILL_ROWS,
+                   few_rows_only: tuple[str, ...] = ("lm_head",),
                    measure: bool = True) -> list[KernelChoice]:
     """Swap every ``nn.Linear`` for a ``SelectedLinear`` on the measured-fastest kernels.
 
     A layer the format cannot hold (int4 needs whole groups) keeps fp32 candidates. A tied
     LM head gets its own copy; the embedding table stays in float. ``measure=False``
-    takes each format's first candidate without timing. Returns one ``KernelChoice`` per
-    distinct shape and row count, with how many layers use it.
+    takes each format's first candidate without timing. ``prefill_rows`` (0: none) adds
+    a third row count for prompt chunks, except for the layers named in
+    ``few_rows_only``: the engine projects only the rows it samples from through the LM
+    head, and timing its 32000-wide product at 512 rows would take seconds. Returns one
+    ``KernelChoice`` per distinct shape and row count, with how many layers use it.
     """
     few, many = row_counts
     split = int(math.sqrt(few * many))
+    prefill_split = int(math.sqrt(many * prefill_rows))
     used: dict[tuple[object, ...], tuple[KernelChoice, int]] = {}
     with torch.inference_mode():
         for parent in list(model.modules()):
@@ -205,7 +227,9 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                 layer_mode = (mode if supports(mode, child.out_features, child.in_features,
                                                group_size) else QuantMode.NONE)
                 kernels = []
-                for rows in (few, many):
+                tiers = ((few, many) if not prefill_rows or name in few_rows_only
+                         else (few, many, prefill_rows))
+                for rows in tiers:
                     choice = _decide(layer_mode, child, rows, group_size, measure)
                     key = (choice.mode, choice.out_features, choice.in_features, rows)
                     used[key] = (choice, used.get(key, (choice, 0))[1] + 1)
@@ -213,8 +237,15 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                 small, specific = _build(layer_mode, kernels[0], child, few, group_size)
                 large = (small if kernels[1] == kernels[0] and not specific
                          else _build(layer_mode, kernels[1], child, many, group_size)[0])
+                prefill = None
+                if len(tiers) == 3:
+                    built = {kernels[0]: small, kernels[1]: large}
+                    prefill = (built[kernels[2]] if kernels[2] in built and not specific
+                               else _build(layer_mode, kernels[2], child, prefill_rows,
+                                           group_size)[0])
                 setattr(parent, name, SelectedLinear(small, large, split, child.in_features,
-                                                     child.out_features))
+                                                     child.out_features, prefill=prefill,
+                                                     prefill_split=prefill_split))
     return [dataclasses.replace(c, layers=n) for c, n in used.values()]
 
 

@@ -1,0 +1,46 @@
+"""A prompt chunk's row count gets its own measured kernel; the LM head does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from turboinfer.llm.config import QuantMode
+from turboinfer.llm.kernels import SelectedLinear, select_kernels
+from turboinfer.llm.loader import load_model
+
+
+def test_decoder_layers_get_a_prefill_tier_and_the_lm_head_does_not(
+        tiny_llama_dir: Path) -> None:
+    model = load_model(tiny_llama_dir)
+    weight = model.layers[0].mlp.down_proj.weight.detach().clone()
+    choices = select_kernels(model, QuantMode.NONE, prefill_rows=128)
+    rows = {(c.out_features, c.in_features): set() for c in choices}
+    for c in choices:
+        rows[(c.out_features, c.in_features)].add(c.rows)
+    head = model.lm_head
+    assert isinstance(head, SelectedLinear)
+    assert head.kernel_for(10_000) is head.large    # no third tier
+    down = model.layers[0].mlp.down_proj
+    assert isinstance(down, SelectedLinear)
+    assert rows[(down.out_features, down.in_features)] == {1, 16, 128}
+    prefill_choice = next(c for c in choices if c.rows == 128
+                          and (c.out_features, c.in_features) == (down.out_features,
+                                                                  down.in_features))
+    assert down.prefill.name == prefill_choice.chosen
+    # Row counts route to their tier: 1-4 small, up to sqrt(16 * 128) many, then prefill.
+    assert down.kernel_for(4) is down.small and down.kernel_for(45) is down.large
+    assert down.kernel_for(46) is down.prefill
+    for n in (1, 16, 46, 130):
+        x = torch.randn(n, down.in_features)
+        torch.testing.assert_close(down(x), F.linear(x, weight), atol=1e-4, rtol=1e-4)
+
+
+def test_no_prefill_tier_when_asked(tiny_llama_dir: Path) -> None:
+    model = load_model(tiny_llama_dir)
+    choices = select_kernels(model, QuantMode.NONE, prefill_rows=0, measure=False)
+    assert {c.rows for c in choices} == {1, 16}
+    down = model.layers[0].mlp.down_proj
+    assert isinstance(down, SelectedLinear) and down.kernel_for(10_000) is down.large
