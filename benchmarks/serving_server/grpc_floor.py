@@ -380,8 +380,18 @@ def _http_request(port: int, prepared: dict[str, Any], body: bytes) -> bytes:
                          list(prepared["http_headers"].items()))
 
 
+def _batches(stats_url: str | None) -> tuple[int, int]:
+    """The real server's (inference_count, execution_count) of the model so far."""
+    if stats_url is None:
+        return 0, 0
+    with urllib.request.urlopen(stats_url, timeout=30) as reply:
+        stats = json.loads(reply.read())["model_stats"][0]
+    return int(stats["inference_count"]), int(stats["execution_count"])
+
+
 def _measure(server_pid: int, kind: str, target: str, request: Path, concurrency: int,
-             seconds: float, work: Path) -> dict[str, Any]:
+             seconds: float, work: Path, stats_url: str | None) -> dict[str, Any]:
+    rows_before, runs_before = _batches(stats_url)
     before = _cpu_seconds(server_pid)
     client = _spawn([str(Path(__file__)), "client", kind, target, str(request),
                      str(concurrency), str(seconds)], {}, work / "client.log")
@@ -392,6 +402,11 @@ def _measure(server_pid: int, kind: str, target: str, request: Path, concurrency
     result = json.loads(out.strip().splitlines()[-1])
     server_used = _cpu_seconds(server_pid) - before
     result["server_cpu_ms_per_request"] = 1e3 * server_used / max(1, result["requests_all"])
+    if stats_url is not None:
+        # Rows per engine run: gRPC and HTTP may arrive spread or clumped differently.
+        rows_after, runs_after = _batches(stats_url)
+        result["mean_batch_rows"] = ((rows_after - rows_before)
+                                     / max(1, runs_after - runs_before))
     result["load_average_1m"] = os.getloadavg()[0]
     return result
 
@@ -458,19 +473,22 @@ def main() -> None:
                       grpc_req)]
             if args.only:
                 plan = [step for step in plan if step[0] in args.only]
+            stats_url = f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/stats"
             for round_ in range(args.rounds):
                 order = plan if round_ % 2 == 0 else plan[::-1]
                 for concurrency in args.concurrency:
                     for cell, server, kind, target, request in order:
                         measured = _measure(servers[server].pid, kind, target, request,
-                                            concurrency, args.seconds, work)
+                                            concurrency, args.seconds, work,
+                                            stats_url if server == "real" else None)
                         key = f"{cell} c{concurrency}"
                         cells.setdefault(key, []).append(measured)
                         print(f"round {round_} {key}: {measured['qps']:.0f} req/s, "
                               f"server {measured['server_cpu_ms_per_request']:.3f} + client "
                               f"{measured['client_cpu_ms_per_request']:.3f} CPU ms/req, "
                               f"p50 {measured['p50_ms']:.2f} ms, failed "
-                              f"{measured['failed']} (load "
+                              f"{measured['failed']}, rows/run "
+                              f"{measured.get('mean_batch_rows', 0):.2f} (load "
                               f"{measured['load_average_1m']:.1f})", flush=True)
         finally:
             for process in servers.values():
@@ -478,7 +496,8 @@ def main() -> None:
                 process.wait()
     result["median"] = {key: {name: float(np.median([c[name] for c in values]))
                               for name in ("qps", "p50_ms", "server_cpu_ms_per_request",
-                                           "client_cpu_ms_per_request")}
+                                           "client_cpu_ms_per_request", "mean_batch_rows")
+                              if name in values[0]}
                         for key, values in cells.items()}
     result["ratios_to_http_per_round"] = _ratios(cells)
     result["load_average_1m_after"] = os.getloadavg()[0]

@@ -130,6 +130,25 @@ def test_stream_answers_every_request_by_id(client: grpcclient.InferenceServerCl
         np.testing.assert_allclose(by_id[f"s{i}"].as_numpy("output"), 2 * x + 1)
 
 
+def test_stream_marks_the_answer_final_when_asked(
+        client: grpcclient.InferenceServerClient) -> None:
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        x = np.zeros((1, 16), np.float32)
+        client.async_stream_infer("affine", [_tensor(x)], request_id="plain")
+        plain, _ = answers.get(timeout=30)
+        client.async_stream_infer("affine", [_tensor(x)], request_id="asked",
+                                  enable_empty_final_response=True)
+        asked, error = answers.get(timeout=30)
+    finally:
+        client.stop_stream()
+    assert error is None and asked.get_response().id == "asked"
+    assert asked.get_response().parameters["triton_final_response"].bool_param is True
+    assert "triton_final_response" not in plain.get_response().parameters
+    np.testing.assert_allclose(asked.as_numpy("output"), 2 * x + 1)
+
+
 def test_stream_refuses_one_request_and_goes_on(
         client: grpcclient.InferenceServerClient) -> None:
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()

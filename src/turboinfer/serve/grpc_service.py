@@ -51,6 +51,10 @@ _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_cont
              "UINT16": "uint_contents", "UINT32": "uint_contents", "UINT64": "uint64_contents",
              "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents"}
 
+# A stream's client may ask that each request's last response be marked final.
+_FINAL_ASKED = "triton_enable_empty_final_response"
+_FINAL = "triton_final_response"
+
 T = TypeVar("T")
 
 
@@ -232,6 +236,10 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                                                     request.model_version or None, decoded)
             encode_infer(served.name, served.label, decoded, outputs,
                          message.infer_response)
+            if decoded.parameters.get(_FINAL_ASKED) is True:
+                # A model here answers once: that answer is the final one (Triton marks
+                # it so, with no empty response after, for a model that is not decoupled).
+                message.infer_response.parameters[_FINAL].bool_param = True
         except Exception as exc:
             message = _stream_error(exc, request)
         async with writing:
