@@ -15,6 +15,7 @@ from test_malformed import GRPC_CORPUS
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from turboinfer.serve.grpc_service import STREAM_IN_FLIGHT
 from turboinfer.serve.request_log import one_line
 
 if TYPE_CHECKING:
@@ -128,6 +129,25 @@ def test_stream_answers_every_request_by_id(client: grpcclient.InferenceServerCl
     for i in range(20):
         x = np.full((1 + i % 3, 16), i, np.float32)
         np.testing.assert_allclose(by_id[f"s{i}"].as_numpy("output"), 2 * x + 1)
+
+
+def test_stream_answers_more_requests_than_it_holds_in_flight(
+        client: grpcclient.InferenceServerClient) -> None:
+    """Past STREAM_IN_FLIGHT the server stops reading the stream until answers go out;
+    every request sent ahead still gets its answer."""
+    count = 2 * STREAM_IN_FLIGHT + 1
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i in range(count):
+            client.async_stream_infer("affine", [_tensor(np.full((1, 16), i, np.float32))],
+                                      request_id=str(i))
+        got = [answers.get(timeout=60) for _ in range(count)]
+    finally:
+        client.stop_stream()
+    assert all(error is None for _, error in got), [e for _, e in got if e][:3]
+    values = {result.get_response().id: result.as_numpy("output")[0, 0] for result, _ in got}
+    assert values == {str(i): 2.0 * i + 1 for i in range(count)}
 
 
 def test_stream_marks_the_answer_final_when_asked(

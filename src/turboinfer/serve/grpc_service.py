@@ -51,6 +51,10 @@ _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_cont
              "UINT16": "uint_contents", "UINT32": "uint_contents", "UINT64": "uint64_contents",
              "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents"}
 
+# Requests one stream may have in flight: past it the stream is not read until one is
+# answered, so a client that sends without reading its answers holds bounded memory here
+# (HTTP/2 flow control then holds back its sends).
+STREAM_IN_FLIGHT = 128
 # A stream's client may ask that each request's last response be marked final.
 _FINAL_ASKED = "triton_enable_empty_final_response"
 _FINAL = "triton_final_response"
@@ -215,11 +219,21 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         it arrives; answers go out one write at a time, in the order they finish."""
         writing = asyncio.Lock()  # grpc.aio takes one write at a time
         running: set[asyncio.Task[None]] = set()
+        room = asyncio.Semaphore(STREAM_IN_FLIGHT)
+
+        def finished(task: asyncio.Task[None]) -> None:
+            running.discard(task)
+            room.release()
+
         try:
-            while (data := await context.read()) is not grpc.aio.EOF:
+            while True:
+                await room.acquire()
+                data = await context.read()
+                if data is grpc.aio.EOF:
+                    break
                 task = asyncio.create_task(self._stream_one(data, context, writing))
                 running.add(task)
-                task.add_done_callback(running.discard)
+                task.add_done_callback(finished)
             if running:
                 await asyncio.gather(*running)
         finally:
