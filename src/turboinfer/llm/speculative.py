@@ -14,7 +14,10 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
+from turboinfer.llm.attention import KVCache
+from turboinfer.llm.model import Attention, DecoderLayer, LlamaModel, apply_rotary
 from turboinfer.llm.runner import ModelRunner, StepItem
 from turboinfer.llm.sampler import logits_to_probs, sample_from_probs
 from turboinfer.llm.sequence import Sequence
@@ -99,11 +102,14 @@ class DraftModelProposer:
         self.runner = runner
         self.num_tokens = num_tokens
         self.generator = torch.Generator().manual_seed(0)
+        self.single = SingleSequenceDecoder(runner.model, runner.kv_cache)
 
     def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> list[Proposal]:
         steps = max(min(lim, self.num_tokens) for lim in limits)
         if steps <= 0:
             return [Proposal([], None) for _ in seqs]
+        if len(seqs) == 1 and seqs[0].params.greedy:
+            return [Proposal(self._propose_greedy_one(seqs[0], steps), None)]
         tokens: list[list[int]] = [[] for _ in seqs]
         probs: list[list[torch.Tensor]] = [[] for _ in seqs]
         # First step catches the draft cache up (prompt, accepted tokens); later steps
@@ -131,6 +137,101 @@ class DraftModelProposer:
             s.num_draft_computed = starts[i]
         return [Proposal(t, torch.stack(pr) if pr else None) for t, pr in zip(tokens, probs,
                                                                             strict=True)]
+
+    def _propose_greedy_one(self, seq: Sequence, steps: int) -> list[int]:
+        """One greedy sequence (single-stream decoding, where speculation pays most): the
+        catch-up and the proposal steps go through the lean single-sequence decoder."""
+        start = seq.num_draft_computed
+        tokens = self.single.greedy(seq.token_ids[start:], start, seq.block_table, steps)
+        # The catch-up and every proposed token but the last now have draft KV.
+        seq.num_draft_computed = seq.num_tokens + len(tokens) - 1
+        return tokens
+
+
+class SingleSequenceDecoder:
+    """Greedy steps of one sequence, without the packed-batch machinery.
+
+    A draft step is almost all per-operation overhead (one layer, a handful of rows), and
+    the runner's general path pays for generality a lone sequence does not need: it
+    builds the batch's positions, slots and additive mask and gathers every block of the
+    cache again in every layer of every step. Here a proposal gathers the sequence's
+    cached keys and values once into contiguous buffers, and each step appends its own
+    (to the buffers and the paged cache, so the next proposal finds them) and attends
+    over the buffer's prefix, with no mask for a single new token. It runs the model's
+    own modules, so its tokens are the model's greedy tokens up to float rounding; a draft
+    only proposes and the target verifies every token, so rounding could cost acceptance,
+    never exactness.
+    """
+
+    def __init__(self, model: LlamaModel, kv_cache: KVCache) -> None:
+        self.model = model
+        self.kv_cache = kv_cache
+        self.block_size = kv_cache.block_size
+
+    @torch.inference_mode()
+    def greedy(self, feed: list[int], position: int, block_table: list[int],
+               steps: int) -> list[int]:
+        """Feed ``feed`` (the tokens not yet in the cache) at ``position``, then each
+        argmax in turn; returns the ``steps`` argmax tokens (the first comes from the
+        feed's last position)."""
+        bs = self.block_size
+        end = position + len(feed) + steps - 1          # positions [position, end) written
+        table = torch.tensor(block_table[:(end - 1) // bs + 1], dtype=torch.long)
+        cache = self.kv_cache
+        kv_heads, head_dim = cache.k.shape[-2:]
+        # Per layer: the sequence's keys and values by position (a copy), and the paged
+        # cache's slots (where the next proposal's gather will look).
+        layers = [(cache.k[i].index_select(0, table).view(-1, kv_heads, head_dim),
+                   cache.v[i].index_select(0, table).view(-1, kv_heads, head_dim),
+                   cache.k[i].view(-1, kv_heads, head_dim), cache.v[i].view(-1, kv_heads, head_dim))
+                  for i in range(cache.k.shape[0])]
+        slots = torch.tensor([block_table[p // bs] * bs + p % bs for p in range(position, end)],
+                             dtype=torch.long)
+        out: list[int] = []
+        tokens, pos = feed, position
+        while len(out) < steps:
+            n = len(tokens)
+            logits = self._forward(tokens, pos, slots[pos - position:pos - position + n],
+                                   layers)
+            out.append(int(logits.argmax()))
+            pos += n
+            tokens = out[-1:]
+        return out
+
+    def _forward(self, tokens: list[int], pos: int, slots: torch.Tensor,
+                 layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+                 ) -> torch.Tensor:
+        """Logits of the last of ``tokens`` fed at positions ``pos...``."""
+        model = self.model
+        n, end = len(tokens), pos + len(tokens)
+        x = (model.embed_tokens.weight[tokens[0]:tokens[0] + 1] if n == 1
+             else model.embed_tokens(torch.tensor(tokens, dtype=torch.long)))
+        rope = (model.rope.cos[pos:end, None].to(x.dtype),
+                model.rope.sin[pos:end, None].to(x.dtype))
+        mask = None
+        if n > 1:
+            # New token j sees every cached position and the new ones up to itself.
+            mask = torch.zeros(n, end)
+            mask[:, pos:].masked_fill_(torch.ones(n, n, dtype=torch.bool).triu(1),
+                                       float("-inf"))
+        for i, module in enumerate(model.layers):
+            layer: DecoderLayer = module  # type: ignore[assignment]
+            attn: Attention = layer.self_attn
+            heads, kvh, size = attn.num_heads, attn.num_kv_heads, attn.head_dim
+            qkv = attn.qkv_proj(layer.input_layernorm(x)).view(n, heads + 2 * kvh, size)
+            qk = apply_rotary(qkv[:, :heads + kvh], *rope)
+            keys, values, flat_k, flat_v = layers[i]
+            keys[pos:end] = qk[:, heads:]
+            values[pos:end] = qkv[:, heads + kvh:]
+            flat_k.index_copy_(0, slots, keys[pos:end])
+            flat_v.index_copy_(0, slots, values[pos:end])
+            o = F.scaled_dot_product_attention(
+                qk[:, :heads].transpose(0, 1), keys[:end].transpose(0, 1),
+                values[:end].transpose(0, 1), attn_mask=mask, scale=attn.scale,
+                enable_gqa=kvh != heads)                                   # [H, n, D]
+            x = x + attn.o_proj(o.transpose(0, 1).reshape(n, attn.q_size))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return model.logits(model.norm(x[-1:]))[0]
 
 
 @dataclass
