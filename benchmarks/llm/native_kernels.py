@@ -1,0 +1,243 @@
+"""The hand-written C kernels (``llm/native``) against torch's, side by side in one run:
+turboinfer fp32, int8 and int4 each with the native candidates offered and without them
+(``TURBOINFER_NATIVE_KERNELS=0``), beside llama.cpp Q8_0 / Q4_0 and CTranslate2 int8 /
+fp32, on compare.py's random 110M Llama, greedy, one thread.
+
+    python benchmarks/llm/native_kernels.py [--rounds 3]      # writes native_kernels.json
+
+Every engine is one worker process (compare.py's workers and line protocol), loaded
+once; per round, in an order that rotates, each runs batch 1 (a 64-token prompt, 64
+generated) and batch 16 (16 such prompts at once), new prompts every round. Recorded:
+wall and CPU time per call, the per-round ratios, the bandwidth roofline of batch-1
+decode (read bandwidth measured every round, bytes per token as each worker loaded its
+kernels), the kernel chosen per shape with every candidate's timing, greedy ids of the
+native runs against the torch-kernel runs of the same format, perplexity of every format
+on each kind of kernel, the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "src"))
+
+from compare import (  # noqa: E402  (compare.py sits beside this script)
+    BATCH,
+    GEN_LEN,
+    MODEL,
+    PROMPT_LEN,
+    Engine,
+    Worker,
+    engines,
+    make_prompts,
+    matching_prefix,
+)
+
+DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"
+PEERS = ("llama.cpp Q8_0", "llama.cpp Q4_0", "CTranslate2 int8", "CTranslate2 fp32")
+
+
+def workers_for(threads: int) -> list[Worker]:
+    project = Path(sys.executable)
+    worker = str(HERE / "workers" / "turboinfer_worker.py")
+    out = []
+    for quant, label in (("none", "fp32"), ("int8", "int8"), ("int4", "int4")):
+        for native in (True, False):
+            engine = Engine("turboinfer", f"{label} {'native' if native else 'torch'}",
+                            project, (worker, str(MODEL), str(threads), quant))
+            previous = os.environ.pop(DISABLE_ENV, None)
+            if not native:
+                os.environ[DISABLE_ENV] = "0"
+            try:
+                out.append(Worker(engine))     # the worker inherits os.environ
+            finally:
+                os.environ.pop(DISABLE_ENV, None)
+                if previous is not None:
+                    os.environ[DISABLE_ENV] = previous
+    out += [Worker(e) for e in engines(threads) if f"{e.name} {e.weights}" in PEERS]
+    return out
+
+
+def summarize(rounds: list[dict[str, Any]], infos: dict[str, dict[str, Any]],
+              ) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for key in rounds[0]["runs"]:
+        runs = [r["runs"][key] for r in rounds]
+        row: dict[str, Any] = {
+            "b1_tps": statistics.median(GEN_LEN / x["b1"]["wall_s"] for x in runs),
+            "b1_tps_cpu": statistics.median(GEN_LEN / x["b1"]["cpu_s"] for x in runs),
+            "b16_tps": statistics.median(BATCH * GEN_LEN / x["b16"]["wall_s"] for x in runs),
+            "b16_tps_cpu": statistics.median(BATCH * GEN_LEN / x["b16"]["cpu_s"]
+                                             for x in runs),
+        }
+        info = infos[key]
+        if "bytes_per_token" in info:
+            decode = [(GEN_LEN - 1) / (x["b1"]["wall_s"] - x["b1"]["ttft_s"]) for x in runs]
+            row["b1_decode_tps"] = statistics.median(decode)
+            row["bytes_per_token"] = info["bytes_per_token"]
+            row["roofline_tps"] = (statistics.median(r["bandwidth"] for r in rounds)
+                                   / info["bytes_per_token"])
+            row["roofline_fraction"] = statistics.median(
+                d * info["bytes_per_token"] / r["bandwidth"]
+                for d, r in zip(decode, rounds, strict=True))
+            row["kernels_chosen"] = sorted({f"{k['out_features']}x{k['in_features']} "
+                                            f"@{k['rows']}: {k['chosen']}"
+                                            for k in info["kernels"]})
+        summary[key] = row
+    return summary
+
+
+def ratios(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per-round speed ratios (den's wall time over num's: > 1 means num is faster)."""
+    pairs = []
+    for fmt in ("fp32", "int8", "int4"):
+        for metric in ("b1", "b16"):
+            pairs.append((f"turboinfer {fmt} native", f"turboinfer {fmt} torch", metric))
+    pairs += [("turboinfer int8 native", "llama.cpp Q8_0", "b1"),
+              ("turboinfer int8 torch", "llama.cpp Q8_0", "b1"),
+              ("turboinfer int4 native", "llama.cpp Q4_0", "b1"),
+              ("turboinfer int4 torch", "llama.cpp Q4_0", "b1"),
+              ("turboinfer fp32 native", "CTranslate2 fp32", "b1"),
+              ("turboinfer int8 native", "CTranslate2 int8", "b16"),
+              ("turboinfer int8 torch", "CTranslate2 int8", "b16"),
+              ("turboinfer int4 native", "CTranslate2 int8", "b16")]
+    out = {}
+    for num, den, metric in pairs:
+        if num not in rounds[0]["runs"] or den not in rounds[0]["runs"]:
+            continue
+        for clock in ("wall_s", "cpu_s"):
+            vals = [r["runs"][den][metric][clock] / r["runs"][num][metric][clock]
+                    for r in rounds]
+            out[f"{num} / {den} ({metric}, {clock[:-2]})"] = {
+                "median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+    return out
+
+
+def perplexities(threads: int) -> dict[str, dict[str, float]]:
+    """Perplexity of the demo model (trained) on the shipped held-out text, 8192 tokens,
+    each format on its native kernels only and on torch's only (the candidate lists
+    narrowed, so that the measurement cannot pick the other kind), and plain fp32."""
+    import torch
+
+    from turboinfer.llm import demo_model_dir, kernel_candidates
+    from turboinfer.llm.config import QuantMode
+    from turboinfer.llm.kernels import select_kernels
+    from turboinfer.llm.loader import load_model
+    from turboinfer.llm.perplexity import perplexity
+    from turboinfer.llm.tokenizer import Tokenizer
+
+    torch.set_num_threads(threads)
+    folder = demo_model_dir()
+    text = (folder.parent / "heldout.txt").read_text()
+    tokens = Tokenizer.from_folder(folder).encode(text)[:8192]
+    plain = perplexity(load_model(folder), tokens, window=256)
+    out: dict[str, dict[str, float]] = {"fp32 plain": {"perplexity": plain, "vs_fp32_pct": 0.0}}
+    torch_cands, native_cands = (kernel_candidates._torch_candidates,
+                                 kernel_candidates._native_candidates)
+    try:
+        for kind in ("native", "torch"):
+            kernel_candidates._torch_candidates = (  # type: ignore[assignment]
+                torch_cands if kind == "torch" else lambda mode, group: [])
+            kernel_candidates._native_candidates = (  # type: ignore[assignment]
+                native_cands if kind == "native" else lambda mode, group: [])
+            for mode in QuantMode:
+                model = load_model(folder)
+                select_kernels(model, mode)
+                ppl = perplexity(model, tokens, window=256)
+                out[f"{mode.value} {kind}"] = {"perplexity": ppl,
+                                               "vs_fp32_pct": 100 * (ppl / plain - 1)}
+    finally:
+        kernel_candidates._torch_candidates = torch_cands  # type: ignore[assignment]
+        kernel_candidates._native_candidates = native_cands  # type: ignore[assignment]
+    return out
+
+
+def machine() -> dict[str, Any]:
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
+                  if line.startswith("Model name")), platform.processor())
+    return {"cpu": model, "logical_cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=HERE / "native_kernels.json")
+    args = parser.parse_args()
+    import torch
+
+    from turboinfer.llm.bench import measure_read_bandwidth
+    from turboinfer.llm.native import native_status
+
+    status = native_status()
+    started, load_start = time.time(), os.getloadavg()
+    workers = workers_for(args.threads)
+    infos = {w.key: w.info for w in workers}
+    for w in workers:   # warm-up: first calls pay one-off allocations
+        w.generate(make_prompts(2, 16, 0), 4)
+    rounds: list[dict[str, Any]] = []
+    for i in range(args.rounds):
+        order = workers[i % len(workers):] + workers[:i % len(workers)]
+        b1_prompts = make_prompts(1, PROMPT_LEN, 100 * i + 1)
+        b16_prompts = make_prompts(BATCH, PROMPT_LEN, 100 * i + 16)
+        rnd: dict[str, Any] = {"load_average": os.getloadavg(),
+                               "bandwidth": measure_read_bandwidth(args.threads)["bandwidth"],
+                               "runs": {}}
+        for w in order:
+            rnd["runs"][w.key] = {"b1": w.generate(b1_prompts, GEN_LEN),
+                                  "b16": w.generate(b16_prompts, GEN_LEN)}
+            run = rnd["runs"][w.key]
+            print(f"round {i + 1}: {w.key} b1 {GEN_LEN / run['b1']['wall_s']:.1f} tok/s, "
+                  f"b16 {BATCH * GEN_LEN / run['b16']['wall_s']:.1f}", file=sys.stderr,
+                  flush=True)
+        rounds.append(rnd)
+    for w in workers:
+        w.close()
+    ppl = perplexities(args.threads)
+    same_ids = {}
+    for fmt in ("fp32", "int8", "int4"):
+        nat, ref = rounds[-1]["runs"][f"turboinfer {fmt} native"], \
+            rounds[-1]["runs"][f"turboinfer {fmt} torch"]
+        same_ids[fmt] = {"b1": matching_prefix(nat["b1"]["ids"][0], ref["b1"]["ids"][0]),
+                         "b16": sum(matching_prefix(a, b) for a, b in
+                                    zip(nat["b16"]["ids"], ref["b16"]["ids"], strict=True))}
+    result = {
+        "machine": machine(), "torch": torch.__version__, "threads": args.threads,
+        "native_library": {"isa": status.library.isa if status.library else None,
+                           "reason_absent": status.reason},
+        "load_average_start": load_start, "load_average_end": os.getloadavg(),
+        "seconds": time.time() - started, "prompt_len": PROMPT_LEN, "gen_len": GEN_LEN,
+        "batch": BATCH, "summary": summarize(rounds, infos), "ratios": ratios(rounds),
+        "greedy_ids_native_equal_torch": same_ids, "perplexity_demo": ppl,
+        "kernels": {k: v.get("kernels") for k, v in infos.items() if "kernels" in v},
+        "rounds": [{**r, "runs": {k: {m: {f: v for f, v in x.items() if f != "ids"}
+                                      for m, x in run.items()}
+                                  for k, run in r["runs"].items()}} for r in rounds],
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    for key, row in result["summary"].items():
+        extra = (f", roofline {100 * row['roofline_fraction']:.0f}% of "
+                 f"{row['roofline_tps']:.0f}" if "roofline_fraction" in row else "")
+        print(f"{key:28s} b1 {row['b1_tps']:6.1f} tok/s ({row['b1_tps_cpu']:6.1f}/CPU-s), "
+              f"b16 {row['b16_tps']:6.1f} ({row['b16_tps_cpu']:6.1f}/CPU-s){extra}")
+    for name, r in result["ratios"].items():
+        print(f"{name}: {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})")
+    for name, p in ppl.items():
+        print(f"perplexity {name}: {p['perplexity']:.3f} ({p['vs_fp32_pct']:+.2f}%)")
+
+
+if __name__ == "__main__":
+    main()
