@@ -11,6 +11,7 @@ Writes ``benchmarks/llm/results.json`` and prints the tables README.md quotes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -28,6 +29,7 @@ from turboinfer.llm.config import QuantMode
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.perplexity import perplexity
 from turboinfer.llm.quant import quantize_model
+from turboinfer.llm.speculative import SpecStats
 from turboinfer.llm.tokenizer import Tokenizer
 
 HERE = Path(__file__).resolve().parent
@@ -98,10 +100,16 @@ def throughput(args: argparse.Namespace) -> dict[str, object]:
 def single_stream(llm: LLM, prompt: str | list[int],
                   gen_len: int) -> tuple[float, list[int]]:
     """(output tokens per CPU second, the tokens) for one greedy request."""
+    cpu, _, tokens = timed(llm, prompt, gen_len)
+    return len(tokens) / cpu, tokens
+
+
+def timed(llm: LLM, prompt: str | list[int], gen_len: int) -> tuple[float, float, list[int]]:
+    """(CPU seconds, wall seconds, the tokens) of one greedy request."""
     params = SamplingParams(max_tokens=gen_len, temperature=0, ignore_eos=True)
-    start = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     out = llm.generate(prompt, params)[0]
-    return len(out.token_ids) / (time.process_time() - start), list(out.token_ids)
+    return time.process_time() - cpu, time.perf_counter() - wall, list(out.token_ids)
 
 
 def warm(llm: LLM) -> LLM:
@@ -113,37 +121,109 @@ DEMO_PROMPTS = ["Return a new list containing", "The default value of the timeou
                 "If the file does not exist,"]
 
 
+def regenerate_prompts(llm: LLM, count: int, gen_len: int) -> list[list[int]]:
+    """The repetitive workload: the prompt holds an earlier answer and asks again.
+
+    For the first line X of each of ``count`` held-out docstrings, the model's greedy
+    answer Y is generated, and the prompt is ``X Y "\n\n" X``: the text the model is
+    about to write is (mostly) already in its context, as in code editing, where the
+    file being edited is in the prompt. The demo model does not copy text it did not
+    write (given a held-out passage and its beginning again, it continues differently),
+    so the earlier text is its own; attending to it, it does not repeat it exactly either.
+    """
+    text = (demo_model_dir().parent / "heldout.txt").read_text()
+    firsts = [doc.strip().split("\n")[0] for doc in text.split("<|endoftext|>")]
+    firsts = [line for line in firsts if 4 <= len(line.split()) <= 12][:count]
+    tok = llm.tokenizer
+    out = []
+    for line in firsts:
+        x = tok.encode(line)
+        _, _, y = timed(llm, x, gen_len)
+        out.append(x + y + tok.encode("\n\n") + x)
+    return out
+
+
+def found_in_prompt(prompt: list[int], output: list[int], n: int = 4) -> float:
+    """Share of output tokens that, with the n - 1 tokens before them, occur in the
+    prompt: the part of the output a lookup in the prompt could have proposed."""
+    grams = {tuple(prompt[i:i + n]) for i in range(len(prompt) - n + 1)}
+    full = prompt + output
+    hits = sum(tuple(full[i - n + 1:i + 1]) in grams for i in range(len(prompt), len(full)))
+    return hits / len(output)
+
+
 def speculative(args: argparse.Namespace) -> dict[str, object]:
-    """Plain and speculative decoding of the same prompts, interleaved round by round so
-    both see the same machine; the speed-up is the median of the per-round ratios."""
+    """Plain and speculative decoding of the same prompts, interleaved prompt by prompt
+    and round by round so both see the same machine; the speed-up is the median of the
+    per-round ratios, per CPU second and per wall second.
+
+    ``draft`` (the demo draft) and ``ngram`` (prompt lookup) run on the demo prompts and
+    on the repetitive workload (``regenerate_prompts``)."""
     plain = warm(LLM())
     variants = {"draft": warm(LLM(draft=demo_model_dir("draft"),
                                   config=EngineConfig(num_speculative_tokens=args.k))),
-                "ngram": warm(LLM(ngram=3, config=EngineConfig(num_speculative_tokens=args.k)))}
-    ratios: dict[str, list[float]] = {name: [] for name in variants}
-    tps: dict[str, list[float]] = {name: [] for name in ["plain", *variants]}
-    identical = dict.fromkeys(variants, True)
-    for _ in range(args.spec_rounds):
-        base = [single_stream(plain, prompt, args.gen_len) for prompt in DEMO_PROMPTS]
-        base_tps = statistics.mean(t for t, _ in base)
-        tps["plain"].append(base_tps)
-        for name, llm in variants.items():
-            runs = [single_stream(llm, prompt, args.gen_len) for prompt in DEMO_PROMPTS]
-            identical[name] &= [toks for _, toks in runs] == [toks for _, toks in base]
-            tps[name].append(statistics.mean(t for t, _ in runs))
-            ratios[name].append(tps[name][-1] / base_tps)
+                "ngram": warm(LLM(ngram=args.ngram, config=EngineConfig(
+                    num_speculative_tokens=args.ngram_k)))}
+    workloads: dict[str, list[str | list[int]]] = {
+        "demo": list(DEMO_PROMPTS),
+        "regenerate": list(regenerate_prompts(plain, args.regenerate_prompts, args.gen_len))}
     res: dict[str, object] = {}
+    for workload, prompts in workloads.items():
+        res[workload] = spec_rounds(plain, variants, prompts, args)
+    return res
+
+
+def spec_rounds(plain: LLM, variants: dict[str, LLM], prompts: list[str | list[int]],
+                args: argparse.Namespace) -> dict[str, object]:
+    names = ["plain", *variants]
+    llms = {"plain": plain, **variants}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    identical = dict.fromkeys(variants, True)
+    found: list[float] = []
+    before = {n: dataclasses.replace(v.engine.spec_stats) for n, v in variants.items()}
+    tokens = len(prompts) * args.gen_len
+    for r in range(args.spec_rounds):
+        spent = {n: [0.0, 0.0] for n in names}
+        for i, prompt in enumerate(prompts):
+            # Rotate who goes first, so no engine always runs right after another.
+            order = names[(r + i) % len(names):] + names[:(r + i) % len(names)]
+            outs = {}
+            for name in order:
+                c, w, outs[name] = timed(llms[name], prompt, args.gen_len)
+                spent[name][0] += c
+                spent[name][1] += w
+            for name in variants:
+                identical[name] &= outs[name] == outs["plain"]
+            if r == 0 and isinstance(prompt, list):
+                found.append(found_in_prompt(prompt, outs["plain"]))
+        for name in names:
+            cpu[name].append(tokens / spent[name][0])
+            wall[name].append(tokens / spent[name][1])
+    res: dict[str, object] = {"prompts": len(prompts), "gen_len": args.gen_len,
+                              "rounds": args.spec_rounds,
+                              "plain_tps": statistics.median(cpu["plain"]),
+                              "plain_tps_wall": statistics.median(wall["plain"])}
+    if found:
+        res["output_found_in_prompt"] = statistics.mean(found)
     for name, llm in variants.items():
-        s = llm.engine.spec_stats
-        res[name] = {"plain_tps": statistics.median(tps["plain"]),
-                     "spec_tps": statistics.median(tps[name]),
-                     "speedup": statistics.median(ratios[name]),
-                     "speedup_min": min(ratios[name]), "speedup_max": max(ratios[name]),
-                     "rounds": args.spec_rounds,
+        s, b = llm.engine.spec_stats, before[name]
+        stats = SpecStats(s.target_forwards - b.target_forwards, s.drafted - b.drafted,
+                          s.accepted - b.accepted, s.emitted - b.emitted)
+        ratios = [a / p for a, p in zip(cpu[name], cpu["plain"], strict=True)]
+        ratios_wall = [a / p for a, p in zip(wall[name], wall["plain"], strict=True)]
+        res[name] = {"spec_tps": statistics.median(cpu[name]),
+                     "spec_tps_wall": statistics.median(wall[name]),
+                     "speedup": statistics.median(ratios),
+                     "speedup_min": min(ratios), "speedup_max": max(ratios),
+                     "speedup_rounds": ratios,
+                     "speedup_wall": statistics.median(ratios_wall),
+                     "speedup_wall_min": min(ratios_wall),
+                     "speedup_wall_max": max(ratios_wall),
                      "identical_greedy_output": identical[name],
-                     "acceptance_rate": s.acceptance_rate,
-                     "tokens_per_target_forward": s.tokens_per_forward,
-                     "k": args.k}
+                     "acceptance_rate": stats.acceptance_rate,
+                     "tokens_per_target_forward": stats.tokens_per_forward,
+                     "k": llm.config.num_speculative_tokens}
     return res
 
 
@@ -206,16 +286,21 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
     spec = results.get("speculative")
     if spec:
-        lines += ["| drafting | k | plain tokens/CPU-s | speculative tokens/CPU-s | "
-                  "speed-up: median (min-max) | acceptance | tokens per target forward | "
-                  "identical greedy output |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for name, r in spec.items():
-            lines.append(f"| {name} | {r['k']} | {r['plain_tps']:.1f} | {r['spec_tps']:.1f} | "
-                         f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}, "
-                         f"{r['rounds']} rounds) | {r['acceptance_rate']:.2f} | "
-                         f"{r['tokens_per_target_forward']:.2f} | "
-                         f"{r['identical_greedy_output']} |")
+        lines += ["| workload | drafting | k | plain tokens/CPU-s | speculative tokens/CPU-s | "
+                  "speed-up per CPU-s: median (min-max) | speed-up wall: median (min-max) | "
+                  "acceptance | tokens per target forward | identical greedy output |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for workload in ("demo", "regenerate"):
+            w = spec[workload]
+            for name in ("draft", "ngram"):
+                r = w[name]
+                lines.append(
+                    f"| {workload} | {name} | {r['k']} | {w['plain_tps']:.1f} | "
+                    f"{r['spec_tps']:.1f} | {r['speedup']:.2f}x ({r['speedup_min']:.2f}-"
+                    f"{r['speedup_max']:.2f}) | {r['speedup_wall']:.2f}x "
+                    f"({r['speedup_wall_min']:.2f}-{r['speedup_wall_max']:.2f}) | "
+                    f"{r['acceptance_rate']:.2f} | {r['tokens_per_target_forward']:.2f} | "
+                    f"{r['identical_greedy_output']} |")
         lines.append("")
     quant_res = results.get("quant")
     if quant_res:
@@ -236,7 +321,13 @@ def main() -> None:
     # One thread: on the shared recording machine two OpenMP threads made every op wait
     # for a descheduled worker (6x slower per decode step than one thread).
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--k", type=int, default=6, help="speculative tokens per step")
+    parser.add_argument("--k", type=int, default=6, help="draft tokens per step")
+    parser.add_argument("--ngram", type=int, default=3,
+                        help="longest suffix n-gram prompt lookup matches")
+    parser.add_argument("--ngram-k", type=int, default=8,
+                        help="most prompt-lookup tokens per step")
+    parser.add_argument("--regenerate-prompts", type=int, default=8,
+                        help="prompts of the repetitive workload")
     parser.add_argument("--spec-rounds", type=int, default=7,
                         help="interleaved rounds of the compared engines (speculative, quant)")
     parser.add_argument("--ppl-tokens", type=int, default=8192)
@@ -248,24 +339,40 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     WORK.mkdir(parents=True, exist_ok=True)
-    results: dict[str, object] = {
-        "machine": {"cpu": platform.processor() or platform.machine(),
-                    "logical_cores": os.cpu_count(), "torch": torch.__version__,
-                    "threads": args.threads,
-                    "load_average_at_start": os.getloadavg()},
-        "command": " ".join(sys.argv),
-    }
-    for section in args.sections.split(","):
-        start = time.perf_counter()
+    sections = args.sections.split(",")
+    machine = {"cpu": cpu_model(), "logical_cores": os.cpu_count(), "torch": torch.__version__,
+               "threads": args.threads, "load_average_at_start": os.getloadavg()}
+    results: dict[str, object] = {}
+    for section in sections:
+        start, load = time.perf_counter(), os.getloadavg()
         results[section] = {"throughput": throughput, "speculative": speculative,
                             "quant": quant}[section](args)
+        if section == "speculative":
+            # Recorded on its own (--sections speculative) more often than the rest, so
+            # it carries its own machine, command and load.
+            results[section]["recorded"] = {  # type: ignore[index]
+                **machine, "command": " ".join(sys.argv), "load_average_at_start": load,
+                "load_average_at_end": os.getloadavg()}
         print(f"{section}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
         print(json.dumps(results[section], indent=1), flush=True)
-    results["load_average_at_end"] = os.getloadavg()
     out = HERE / "results.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
+    if set(sections) >= {"throughput", "quant"} or not previous:
+        # The top-level machine and command describe the sections recorded together.
+        results.update(machine=machine, command=" ".join(sys.argv),
+                       load_average_at_end=os.getloadavg())
     out.write_text(json.dumps({**previous, **results}, indent=1) + "\n")
 
+
+def cpu_model() -> str:
+    """The CPU's model name as lscpu prints it (``/proc/cpuinfo``), else the platform's."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 if __name__ == "__main__":
     main()

@@ -138,3 +138,51 @@ def test_sampled_requests_mixed_with_greedy_in_one_speculative_batch(
     assert a.num_output_tokens == 12 and b.num_output_tokens == 12
     assert b.output_token_ids == alone(tiny_model, PROMPTS[1])
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_single_sequence_decoder_equals_the_runner(tiny_model: LlamaModel) -> None:
+    """The lean draft path computes what the runner's packed path computes: the same
+    greedy tokens, and the same keys and values in the same cache slots."""
+    from turboinfer.llm.runner import ModelRunner, StepItem
+    from turboinfer.llm.speculative import SingleSequenceDecoder
+
+    block_size, table = 4, [3, 0, 5, 1, 4]  # scattered blocks, as the allocator leaves them
+    runner = ModelRunner(tiny_model, tiny_model.allocate_kv_cache(6, block_size))
+    lean_cache = tiny_model.allocate_kv_cache(6, block_size)
+    lean = SingleSequenceDecoder(tiny_model, lean_cache)
+    prompt = PROMPTS[3]
+    expected, feed, start = [], prompt, 0
+    for _ in range(5):
+        logits = runner.run([StepItem(feed, start, table, 1)])
+        start += len(feed)
+        feed = [int(logits[0].argmax())]
+        expected.append(feed[0])
+    # Prompt as the catch-up, then proposals in two calls (as consecutive rounds do).
+    got = lean.greedy(prompt, 0, table, 3)
+    got += lean.greedy(got[-1:], len(prompt) + 2, table, 2)
+    assert got == expected
+    written = [table[p // block_size] * block_size + p % block_size
+               for p in range(len(prompt) + 4)]
+    for ours, theirs in ((lean_cache.k, runner.kv_cache.k), (lean_cache.v, runner.kv_cache.v)):
+        flat_ours = ours.flatten(1, 2)[:, written]
+        flat_theirs = theirs.flatten(1, 2)[:, written]
+        assert torch.allclose(flat_ours, flat_theirs, atol=1e-5)
+
+
+def test_ngram_proposals_grow_while_copying_and_reset_on_rejection() -> None:
+    from turboinfer.llm.sequence import Sequence
+
+    seq = Sequence([*range(1, 19), 1, 2], GREEDY)
+    proposer = NgramProposer(max_ngram=3, num_tokens=8, min_tokens=2)
+    limits = [100]
+    first = proposer.propose([seq], limits)[0].tokens
+    assert first == [3, 4]
+    for token in [*first, 5]:  # all accepted, plus the target's token
+        seq.append_token(token)
+    second = proposer.propose([seq], limits)[0].tokens
+    assert second == [6, 7, 8, 9]
+    for token in [6, 7, 99]:  # rejected at the third
+        seq.append_token(token)
+    assert proposer.propose([seq], limits)[0].tokens == []  # 7, 99 never seen
+    seq.append_token(1)
+    assert proposer.propose([seq], limits)[0].tokens == [2, 3]  # back to min_tokens

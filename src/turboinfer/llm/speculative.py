@@ -10,6 +10,7 @@ argmax agrees", so greedy output is identical to plain greedy decoding.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
@@ -71,27 +72,63 @@ def greedy_accept(target_argmax: list[int], draft: list[int]) -> list[int]:
 
 
 class NgramProposer:
-    """Prompt-lookup drafting: find the latest earlier occurrence of the sequence's last
-    n tokens (n from ``max_ngram`` down to 1) and propose the tokens that followed it."""
+    """Prompt-lookup drafting: find the latest earlier occurrence of the sequence's
+    longest suffix of up to ``max_ngram`` tokens and propose the tokens that followed it.
 
-    def __init__(self, max_ngram: int, num_tokens: int) -> None:
+    How many: a proposal that was accepted whole says the sequence is copying a run of
+    earlier text, so the next proposal is twice as long (up to ``num_tokens``); any
+    rejection goes back to ``min_tokens``. Long proposals cost verification work (a
+    target forward over more rows), so they are spent where copying is under way.
+    """
+
+    def __init__(self, max_ngram: int, num_tokens: int, min_tokens: int = 3) -> None:
         self.max_ngram = max_ngram
         self.num_tokens = num_tokens
+        self.min_tokens = min(min_tokens, num_tokens)
+        # Per sequence: where its last proposal starts, the proposal, the length asked.
+        self._last: weakref.WeakKeyDictionary[Sequence, tuple[int, list[int], int]] = (
+            weakref.WeakKeyDictionary())
 
     def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> list[Proposal]:
-        return [Proposal(self._lookup(s.token_ids, min(lim, self.num_tokens)), None)
-                for s, lim in zip(seqs, limits, strict=True)]
+        out = []
+        for seq, limit in zip(seqs, limits, strict=True):
+            length = self._next_length(seq)
+            tokens = self._lookup(seq.token_ids, min(limit, length))
+            if tokens:
+                self._last[seq] = (seq.num_tokens, tokens, length)
+            else:
+                self._last.pop(seq, None)
+            out.append(Proposal(tokens, None))
+        return out
+
+    def _next_length(self, seq: Sequence) -> int:
+        last = self._last.get(seq)
+        if last is None:
+            return self.min_tokens
+        start, tokens, length = last
+        if seq.token_ids[start:start + len(tokens)] == tokens:
+            return min(self.num_tokens, 2 * length)
+        return self.min_tokens
 
     def _lookup(self, tokens: list[int], k: int) -> list[int]:
-        if k <= 0:
-            return []
+        """One backward scan: the latest position whose preceding tokens match the
+        longest suffix (at most ``max_ngram``); its continuation, at most ``k`` tokens."""
         total = len(tokens)
-        for n in range(min(self.max_ngram, total - 1), 0, -1):
-            suffix = tokens[total - n:]
-            for start in range(total - n - 1, -1, -1):
-                if tokens[start:start + n] == suffix:
-                    return tokens[start + n:start + n + k]
-        return []
+        if k <= 0 or total < 2:
+            return []
+        last, best, best_len = tokens[-1], -1, 0
+        for end in range(total - 2, -1, -1):
+            if tokens[end] != last:
+                continue
+            n = 1
+            while (n < self.max_ngram and end - n >= 0
+                   and tokens[end - n] == tokens[total - 1 - n]):
+                n += 1
+            if n > best_len:
+                best, best_len = end, n
+                if n == self.max_ngram:
+                    break
+        return [] if best < 0 else tokens[best + 1:best + 1 + k]
 
 
 class DraftModelProposer:
