@@ -1,6 +1,7 @@
 """What gRPC itself costs here: bare transports against the real server, side by side.
 
     python benchmarks/serving_server/grpc_floor.py [--rounds 3] [--seconds 4]
+        [--grpclib-python VENV/bin/python] [--env-cells] [--only CELL ...]
 
 Cells, each loaded by one closed-loop client process at concurrency 1 and 8 (the same
 transports ``turboinfer load`` uses: its raw asyncio HTTP/1.1 client with binary
@@ -13,15 +14,20 @@ tensors, and ``grpc.aio`` with prepared request bytes; for streaming one
   that answers the real server's ModelInferResponse bytes (raw bytes in and out: no
   protobuf work); ``bare-grpc-aio-stream`` the same over ``ModelStreamInfer``.
 - ``bare-grpc-sync``: ``grpc.server`` with a thread pool of 8, the same handler.
+- ``bare-grpclib`` (with ``--grpclib-python``, a Python that has grpclib): grpclib's
+  pure-Python HTTP/2 server with the same handlers, raw bytes through a pass-through
+  codec.
 - ``real-http``, ``real-grpc``, ``real-grpc-stream``: one ``turboinfer serve`` of
   builtin:digits-cnn (max batch 32, no queue delay).
 
 Every cell records throughput, p50, and the CPU time per request of the server process
-and of the client process (user + system from /proc, over the whole cell including
-its 1 s warm-up, divided by all requests answered): on a shared 2-core machine the CPU
-per request is the steadier figure, and client plus server CPU per request is what
-bounds throughput when both share the cores. Cells run in an order that alternates per
-round. Raw results go to ``grpc_floor.json``.
+(user + system of all its threads from /proc over the client's whole run, warm-up
+included, divided by all requests answered) and of the client process (its own
+``getrusage`` over the measured window, divided by the requests in it): on a shared
+2-core machine the CPU per request is the steadier figure, and client plus server CPU
+per request is what bounds throughput when both share the cores. For the real server
+also the rows per engine run (from its statistics). Cells run in an order that reverses
+every round. Raw results go to ``grpc_floor.json``.
 
 ``--env-cells`` adds ``bare-grpc-aio`` variants under gRPC's environment switches
 (``GRPC_POLL_STRATEGY=poll``, ``GRPC_ENABLE_FORK_SUPPORT=0``) and server options.
