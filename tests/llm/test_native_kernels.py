@@ -243,3 +243,10 @@ def test_the_library_is_compiled_once_per_key(tmp_path: Path) -> None:
     assert second.library is not None and built[0].stat().st_mtime_ns == mtime
     build_library("cc", ("-O1", "-fPIC", "-shared"), folder=tmp_path)
     assert len(list(tmp_path.iterdir())) == 2     # other flags, another file
+
+
+def test_an_unusable_cache_folder_is_reported(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    status = build_library("cc", PLAIN_FLAGS, folder=blocker / "native")
+    assert status.library is None and status.reason.startswith("compiling kernels.c failed")

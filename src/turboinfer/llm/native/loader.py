@@ -9,6 +9,7 @@ and renamed into place, so processes compiling at the same time never load half 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -99,9 +100,9 @@ def build_library(compiler: str, flags: tuple[str, ...] = FLAGS, *,
     folder = folder or cache_dir()
     final = folder / f"kernels-{digest}.so"
     if not final.exists():
-        folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{final.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
         try:
+            folder.mkdir(parents=True, exist_ok=True)
             done = subprocess.run([*argv, *flags, "-o", str(tmp), str(SOURCE), "-lm"],
                                   capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
             if done.returncode != 0:
@@ -111,7 +112,8 @@ def build_library(compiler: str, flags: tuple[str, ...] = FLAGS, *,
         except (OSError, subprocess.SubprocessError) as exc:
             return NativeStatus(None, f"compiling kernels.c failed: {exc}")
         finally:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
     try:
         return NativeStatus(NativeLibrary(final))
     except (OSError, AttributeError) as exc:
