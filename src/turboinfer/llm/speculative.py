@@ -11,14 +11,16 @@ argmax agrees", so greedy output is identical to plain greedy decoding.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from turboinfer.llm.attention import KVCache
-from turboinfer.llm.model import Attention, DecoderLayer, LlamaModel, apply_rotary
+from turboinfer.llm.model import DecoderLayer, LlamaModel
 from turboinfer.llm.runner import ModelRunner, StepItem
 from turboinfer.llm.sampler import logits_to_probs, sample_from_probs
 from turboinfer.llm.sequence import Sequence
@@ -204,6 +206,15 @@ class SingleSequenceDecoder:
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
+        # Resolved once: per step, every module call and tensor slice is overhead.
+        self.layers = [_LayerPlan.of(module) for module in model.layers]  # type: ignore[arg-type]
+        self.final_norm = (model.norm.weight, model.norm.eps)
+        self.lm_head = _one_row(model.lm_head)
+        rope = model.rope
+        half = rope.cos.shape[-1] // 2
+        # Rotate-half's sign folded into the sin table: one roll per rotation.
+        self.cos = rope.cos[:, None]
+        self.sin = torch.cat([-rope.sin[:, :half], rope.sin[:, half:]], dim=-1)[:, None]
 
     @torch.inference_mode()
     def greedy(self, feed: list[int], position: int, block_table: list[int],
@@ -218,57 +229,105 @@ class SingleSequenceDecoder:
         kv_heads, head_dim = cache.k.shape[-2:]
         # Per layer: the sequence's keys and values by position (a copy), and the paged
         # cache's slots (where the next proposal's gather will look).
-        layers = [(cache.k[i].index_select(0, table).view(-1, kv_heads, head_dim),
-                   cache.v[i].index_select(0, table).view(-1, kv_heads, head_dim),
-                   cache.k[i].view(-1, kv_heads, head_dim), cache.v[i].view(-1, kv_heads, head_dim))
-                  for i in range(cache.k.shape[0])]
+        buffers = [(cache.k[i].index_select(0, table).view(-1, kv_heads, head_dim),
+                    cache.v[i].index_select(0, table).view(-1, kv_heads, head_dim),
+                    cache.k[i].view(-1, kv_heads, head_dim),
+                    cache.v[i].view(-1, kv_heads, head_dim))
+                   for i in range(cache.k.shape[0])]
         slots = torch.tensor([block_table[p // bs] * bs + p % bs for p in range(position, end)],
                              dtype=torch.long)
         out: list[int] = []
         tokens, pos = feed, position
         while len(out) < steps:
             n = len(tokens)
-            logits = self._forward(tokens, pos, slots[pos - position:pos - position + n],
-                                   layers)
+            logits = self._forward(tokens, pos, slots.narrow(0, pos - position, n), buffers)
             out.append(int(logits.argmax()))
             pos += n
             tokens = out[-1:]
         return out
 
     def _forward(self, tokens: list[int], pos: int, slots: torch.Tensor,
-                 layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+                 buffers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
                  ) -> torch.Tensor:
         """Logits of the last of ``tokens`` fed at positions ``pos...``."""
         model = self.model
         n, end = len(tokens), pos + len(tokens)
-        x = (model.embed_tokens.weight[tokens[0]:tokens[0] + 1] if n == 1
-             else model.embed_tokens(torch.tensor(tokens, dtype=torch.long)))
-        rope = (model.rope.cos[pos:end, None].to(x.dtype),
-                model.rope.sin[pos:end, None].to(x.dtype))
+        weight = model.embed_tokens.weight
+        x = (weight.narrow(0, tokens[0], 1) if n == 1
+             else weight.index_select(0, torch.tensor(tokens, dtype=torch.long)))
+        cos, sin = self.cos.narrow(0, pos, n), self.sin.narrow(0, pos, n)
         mask = None
         if n > 1:
             # New token j sees every cached position and the new ones up to itself.
             mask = torch.zeros(n, end)
             mask[:, pos:].masked_fill_(torch.ones(n, n, dtype=torch.bool).triu(1),
                                        float("-inf"))
-        for i, module in enumerate(model.layers):
-            layer: DecoderLayer = module  # type: ignore[assignment]
-            attn: Attention = layer.self_attn
-            heads, kvh, size = attn.num_heads, attn.num_kv_heads, attn.head_dim
-            qkv = attn.qkv_proj(layer.input_layernorm(x)).view(n, heads + 2 * kvh, size)
-            qk = apply_rotary(qkv[:, :heads + kvh], *rope)
-            keys, values, flat_k, flat_v = layers[i]
-            keys[pos:end] = qk[:, heads:]
-            values[pos:end] = qkv[:, heads + kvh:]
-            flat_k.index_copy_(0, slots, keys[pos:end])
-            flat_v.index_copy_(0, slots, values[pos:end])
+        hidden = x.shape[-1]
+        for plan, (keys, values, flat_k, flat_v) in zip(self.layers, buffers, strict=True):
+            heads, kvh, size = plan.heads, plan.kv_heads, plan.head_dim
+            h = F.rms_norm(x, (hidden,), plan.norm1, plan.eps)
+            qkv = plan.linear(plan.qkv, h).view(n, heads + 2 * kvh, size)
+            qk = qkv.narrow(1, 0, heads + kvh)
+            qk = qk * cos + qk.roll(size // 2, -1) * sin
+            k, v = qk.narrow(1, heads, kvh), qkv.narrow(1, heads + kvh, kvh)
+            keys.narrow(0, pos, n).copy_(k)
+            values.narrow(0, pos, n).copy_(v)
+            flat_k.index_copy_(0, slots, k)
+            flat_v.index_copy_(0, slots, v)
             o = F.scaled_dot_product_attention(
-                qk[:, :heads].transpose(0, 1), keys[:end].transpose(0, 1),
-                values[:end].transpose(0, 1), attn_mask=mask, scale=attn.scale,
+                qk.narrow(1, 0, heads).transpose(0, 1), keys.narrow(0, 0, end).transpose(0, 1),
+                values.narrow(0, 0, end).transpose(0, 1), attn_mask=mask, scale=plan.scale,
                 enable_gqa=kvh != heads)                                   # [H, n, D]
-            x = x + attn.o_proj(o.transpose(0, 1).reshape(n, attn.q_size))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return model.logits(model.norm(x[-1:]))[0]
+            x = x + plan.linear(plan.o, o.transpose(0, 1).reshape(n, heads * size))
+            gate_up = plan.linear(plan.gate_up, F.rms_norm(x, (hidden,), plan.norm2, plan.eps))
+            inner = gate_up.shape[-1] // 2
+            x = x + plan.linear(plan.down, F.silu(gate_up.narrow(1, 0, inner))
+                                * gate_up.narrow(1, inner, inner))
+        last = F.rms_norm(x.narrow(0, n - 1, 1), (hidden,), *self.final_norm)
+        return self.lm_head(last)[0]
+
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _one_row(module: nn.Module) -> Linear:
+    """The kernel a measured layer (``llm/kernels.py``) runs for one row, else the
+    module: the draft's steps are one row, and the lookup per call is overhead."""
+    kernel_for = getattr(module, "kernel_for", None)
+    return kernel_for(1) if kernel_for is not None else module
+
+
+@dataclass(frozen=True)
+class _LayerPlan:
+    """One decoder layer's weights and kernels, looked up once."""
+
+    norm1: torch.Tensor
+    norm2: torch.Tensor
+    eps: float
+    qkv: tuple[Linear, nn.Module]     # (one-row kernel, the module for more rows)
+    o: tuple[Linear, nn.Module]
+    gate_up: tuple[Linear, nn.Module]
+    down: tuple[Linear, nn.Module]
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float
+
+    @classmethod
+    def of(cls, layer: DecoderLayer) -> _LayerPlan:
+        attn, mlp = layer.self_attn, layer.mlp
+
+        def pair(m: nn.Module) -> tuple[Linear, nn.Module]:
+            return _one_row(m), m
+
+        return cls(layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
+                   layer.input_layernorm.eps, pair(attn.qkv_proj), pair(attn.o_proj),
+                   pair(mlp.gate_up_proj), pair(mlp.down_proj), attn.num_heads,
+                   attn.num_kv_heads, attn.head_dim, attn.scale)
+
+    @staticmethod
+    def linear(which: tuple[Linear, nn.Module], x: torch.Tensor) -> torch.Tensor:
+        return which[0](x) if x.shape[0] == 1 else which[1](x)
 
 
 @dataclass
