@@ -38,9 +38,14 @@ from turboinfer.llm.kernel_candidates import (
 
 ROW_COUNTS = (1, 16)
 # A prompt chunk (the engine's default token budget per step). Compute-bound, so timed
-# on one weight copy in fewer rounds: each call takes tens of milliseconds.
+# on one weight copy in fewer rounds, without a second warm-up, and a candidate 1.5x
+# slower than the best on its first call is dropped: each call takes tens of
+# milliseconds. A layer builds its own kernel for prompt chunks (often one more copy of
+# the weight) only when that is this much faster there than its many-rows kernel.
 PREFILL_ROWS = 512
 PREFILL_ROUNDS = 3
+PREFILL_DROP_FACTOR = 2.0
+PREFILL_MIN_GAIN = 0.9
 ROUNDS = 5
 MAX_COPIES = 16             # weight copies rotated through, so timing reads from memory
 ROUND_BUDGET_S = 0.01       # per candidate and round; at least one call
@@ -68,16 +73,19 @@ class KernelChoice:
 
 
 def time_kernels(kernels: dict[str, list[Kernel]], x: torch.Tensor,
-                 rounds: int = ROUNDS) -> dict[str, float]:
+                 rounds: int = ROUNDS, per_call: dict[str, float] | None = None,
+                 ) -> dict[str, float]:
     """Median milliseconds per call of each kernel on ``x``, in interleaved rounds; each
-    call goes to the next of the kernel's copies."""
-    per_call = {}
-    for name, copies in kernels.items():
-        for kernel in copies:
-            kernel(x)
-        start = time.perf_counter()
-        copies[0](x)
-        per_call[name] = time.perf_counter() - start
+    call goes to the next of the kernel's copies. ``per_call`` (seconds, of warm calls)
+    sizes the rounds without another warm-up."""
+    if per_call is None:
+        per_call = {}
+        for name, copies in kernels.items():
+            for kernel in copies:
+                kernel(x)
+            start = time.perf_counter()
+            copies[0](x)
+            per_call[name] = time.perf_counter() - start
     reps = {n: max(len(kernels[n]), int(ROUND_BUDGET_S / max(t, 1e-7)))
             for n, t in per_call.items()}
     samples: dict[str, list[float]] = {n: [] for n in kernels}
@@ -125,14 +133,16 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
         start = time.perf_counter()
         kernel(x)
         first[cand.name] = time.perf_counter() - start
-        if first[cand.name] > DROP_FACTOR * min(first.values()):
+        if first[cand.name] > (PREFILL_DROP_FACTOR if prefill else DROP_FACTOR) * min(
+                first.values()):
             dropped.append(cand.name)
             continue
         copies = (1 if prefill else
                   min(MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / kernel.read_bytes)))
         kernels[cand.name] = [kernel] + [cand.build(weight, bias, rows)
                                          for _ in range(copies - 1)]
-    timings = time_kernels(kernels, x, PREFILL_ROUNDS if prefill else ROUNDS)
+    timings = (time_kernels(kernels, x, PREFILL_ROUNDS, {n: first[n] for n in kernels})
+               if prefill else time_kernels(kernels, x))
     timings.update({n: 1e3 * first[n] for n in dropped})
     chosen = min(kernels, key=timings.__getitem__)
     return KernelChoice(mode.value, weight.shape[0], weight.shape[1], rows, chosen,
@@ -200,6 +210,15 @@ def _build(mode: QuantMode, name: str, linear: nn.Linear, rows: int,
     return cand.build(linear.weight.detach().float(), _bias(linear), rows), cand.rows_specific
 
 
+def _worth_a_kernel(choice: KernelChoice, many_rows: str) -> bool:
+    """Whether the prompt-chunk winner beats the many-rows kernel at chunk size by enough
+    to hold its own copy of the weight."""
+    if choice.chosen == many_rows:
+        return False
+    other = choice.timings_ms.get(many_rows)
+    return other is None or choice.timings_ms[choice.chosen] < PREFILL_MIN_GAIN * other
+
+
 def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                    row_counts: tuple[int, int] = ROW_COUNTS,
                    prefill_rows: int = PREFILL_ROWS,
@@ -226,19 +245,19 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                     continue
                 layer_mode = (mode if supports(mode, child.out_features, child.in_features,
                                                group_size) else QuantMode.NONE)
-                kernels = []
                 tiers = ((few, many) if not prefill_rows or name in few_rows_only
                          else (few, many, prefill_rows))
-                for rows in tiers:
-                    choice = _decide(layer_mode, child, rows, group_size, measure)
-                    key = (choice.mode, choice.out_features, choice.in_features, rows)
+                choices = [_decide(layer_mode, child, rows, group_size, measure)
+                           for rows in tiers]
+                for choice in choices:
+                    key = (choice.mode, choice.out_features, choice.in_features, choice.rows)
                     used[key] = (choice, used.get(key, (choice, 0))[1] + 1)
-                    kernels.append(choice.chosen)
+                kernels = [choice.chosen for choice in choices]
                 small, specific = _build(layer_mode, kernels[0], child, few, group_size)
                 large = (small if kernels[1] == kernels[0] and not specific
                          else _build(layer_mode, kernels[1], child, many, group_size)[0])
                 prefill = None
-                if len(tiers) == 3:
+                if len(tiers) == 3 and _worth_a_kernel(choices[2], kernels[1]):
                     built = {kernels[0]: small, kernels[1]: large}
                     prefill = (built[kernels[2]] if kernels[2] in built and not specific
                                else _build(layer_mode, kernels[2], child, prefill_rows,
