@@ -38,7 +38,7 @@ from turboinfer.llm.kernel_candidates import (
 
 ROW_COUNTS = (1, 16)
 # A prompt chunk (the engine's default token budget per step). Compute-bound, so timed
-# on one weight copy in fewer rounds, without a second warm-up, and a candidate 1.5x
+# on one weight copy in fewer rounds, without a second warm-up, and a candidate 2x
 # slower than the best on its first call is dropped: each call takes tens of
 # milliseconds. A layer builds its own kernel for prompt chunks (often one more copy of
 # the weight) only when that is this much faster there than its many-rows kernel.
