@@ -91,6 +91,13 @@ def summarize(rounds: list[dict[str, Any]], infos: dict[str, dict[str, Any]],
             row["roofline_fraction"] = statistics.median(
                 d * info["bytes_per_token"] / r["bandwidth"]
                 for d, r in zip(decode, rounds, strict=True))
+            # The linear layers alone, from the timings taken at load: the sum over
+            # shapes of layers x the chosen kernel's ms, and the bandwidth that implies.
+            for rows in (1, 16):
+                row[f"linear_ms_per_step_b{rows}"] = sum(
+                    k["layers"] * k["timings_ms"][k["chosen"]] for k in info["kernels"]
+                    if k["rows"] == rows)
+            row["linear_gb_s_b1"] = info["bytes_per_token"] / row["linear_ms_per_step_b1"] / 1e6
             row["kernels_chosen"] = sorted({f"{k['out_features']}x{k['in_features']} "
                                             f"@{k['rows']}: {k['chosen']}"
                                             for k in info["kernels"]})
@@ -230,7 +237,10 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for key, row in result["summary"].items():
         extra = (f", roofline {100 * row['roofline_fraction']:.0f}% of "
-                 f"{row['roofline_tps']:.0f}" if "roofline_fraction" in row else "")
+                 f"{row['roofline_tps']:.0f}; linear layers {row['linear_ms_per_step_b1']:.1f}"
+                 f" ms/token at b1 ({row['linear_gb_s_b1']:.1f} GB/s), "
+                 f"{row['linear_ms_per_step_b16']:.1f} ms/step at b16"
+                 if "roofline_fraction" in row else "")
         print(f"{key:28s} b1 {row['b1_tps']:6.1f} tok/s ({row['b1_tps_cpu']:6.1f}/CPU-s), "
               f"b16 {row['b16_tps']:6.1f} ({row['b16_tps_cpu']:6.1f}/CPU-s){extra}")
     for name, r in result["ratios"].items():

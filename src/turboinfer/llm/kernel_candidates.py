@@ -8,7 +8,9 @@ the model's own shapes (``llm/kernels.py``); this module only says what each com
 
 Formats: ``none`` (fp32 weights, results equal ``F.linear``'s up to float rounding),
 ``int8`` (per-output-channel symmetric weights; the dynamic kernels also quantize the
-activations per call, per tensor) and ``int4`` (asymmetric groups along the input).
+activations per call, per tensor, the native one per row) and ``int4`` (asymmetric groups
+along the input; the native kernel quantizes the activations per group of 32). The
+native kernels (``llm/native``) are offered only where their library compiled.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ Each mode is a handler with two methods, ``quantize`` (float weight -> packed te
 and ``module`` (packed tensors -> a drop-in ``nn.Module``), looked up in a table. ``LLM``
 itself does not fix the kernel: ``llm/kernels.py`` times these weight-only kernels (with
 bf16 and fp32 activations) against fbgemm's dynamic-int8 linear at load and keeps the
-fastest; the quantization functions here are what all of them share.
+fastest; the quantization functions here are what all of them share, and
+``quantize_int4_native`` is the layout of the hand-written int4 kernel (``llm/native``).
 """
 
 from __future__ import annotations
