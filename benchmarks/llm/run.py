@@ -154,7 +154,8 @@ def found_in_prompt(prompt: list[int], output: list[int], n: int = 4) -> float:
 
 def speculative(args: argparse.Namespace) -> dict[str, object]:
     """Plain and speculative decoding of the same prompts, interleaved prompt by prompt
-    and round by round so both see the same machine; the speed-up is the median of the
+    and round by round so both see the same machine; a round runs every prompt
+    ``--spec-repeats`` times on each engine, and the speed-up is the median of the
     per-round ratios, per CPU second and per wall second.
 
     ``draft`` (the demo draft) and ``ngram`` (prompt lookup) run on the demo prompts and
@@ -182,10 +183,10 @@ def spec_rounds(plain: LLM, variants: dict[str, LLM], prompts: list[str | list[i
     identical = dict.fromkeys(variants, True)
     found: list[float] = []
     before = {n: dataclasses.replace(v.engine.spec_stats) for n, v in variants.items()}
-    tokens = len(prompts) * args.gen_len
+    tokens = len(prompts) * args.gen_len * args.spec_repeats
     for r in range(args.spec_rounds):
         spent = {n: [0.0, 0.0] for n in names}
-        for i, prompt in enumerate(prompts):
+        for i, prompt in enumerate(prompts * args.spec_repeats):
             # Rotate who goes first, so no engine always runs right after another.
             order = names[(r + i) % len(names):] + names[:(r + i) % len(names)]
             outs = {}
@@ -195,13 +196,13 @@ def spec_rounds(plain: LLM, variants: dict[str, LLM], prompts: list[str | list[i
                 spent[name][1] += w
             for name in variants:
                 identical[name] &= outs[name] == outs["plain"]
-            if r == 0 and isinstance(prompt, list):
+            if r == 0 and i < len(prompts) and isinstance(prompt, list):
                 found.append(found_in_prompt(prompt, outs["plain"]))
         for name in names:
             cpu[name].append(tokens / spent[name][0])
             wall[name].append(tokens / spent[name][1])
     res: dict[str, object] = {"prompts": len(prompts), "gen_len": args.gen_len,
-                              "rounds": args.spec_rounds,
+                              "rounds": args.spec_rounds, "repeats": args.spec_repeats,
                               "plain_tps": statistics.median(cpu["plain"]),
                               "plain_tps_wall": statistics.median(wall["plain"])}
     if found:
@@ -330,6 +331,8 @@ def main() -> None:
                         help="prompts of the repetitive workload")
     parser.add_argument("--spec-rounds", type=int, default=7,
                         help="interleaved rounds of the compared engines (speculative, quant)")
+    parser.add_argument("--spec-repeats", type=int, default=2,
+                        help="times each prompt runs per engine in one speculative round")
     parser.add_argument("--ppl-tokens", type=int, default=8192)
     parser.add_argument("--tables", action="store_true",
                         help="print the README tables from results.json and exit")
