@@ -9,7 +9,7 @@ the model's own shapes (``llm/kernels.py``); this module only says what each com
 Formats: ``none`` (fp32 weights, results equal ``F.linear``'s up to float rounding),
 ``int8`` (per-output-channel symmetric weights; the dynamic kernels also quantize the
 activations per call, per tensor, the native one per row) and ``int4`` (asymmetric groups
-along the input; the native kernel quantizes the activations per group of 32). The
+along the input; the native kernel also quantizes the activations per row). The
 native kernels (``llm/native``) are offered only where their library compiled.
 """
 
@@ -224,7 +224,7 @@ class NativeInt8Kernel(NativeKernel):
 
 class NativeInt4Kernel(NativeKernel):
     """4-bit weights in groups of 32 with fp16 scale and minimum, activations quantized
-    to int8 per block of 32 (``kernels.c``)."""
+    to int8 per row and call (``kernels.c``)."""
 
     name = "int4_native"
 

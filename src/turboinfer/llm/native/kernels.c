@@ -9,8 +9,8 @@
  *     int16's limit: nothing saturates. vpmaddwd with ones then widens to int32.
  *   - int4: W as 4-bit groups of 32 along K, w = q * s + m with q in 0..15 and one
  *     fp16 scale s and minimum m per group; byte j of a group's 16 bytes holds q[j] in its
- *     low nibble and q[j + 16] in its high one. Activations are quantized to int8 per block
- *     of 32 (scale dx), so a group contributes s * dx * sum(q * xq) + m * dx * sum(xq); q is
+ *     low nibble and q[j + 16] in its high one. Activations are quantized to int8 per row
+ *     (scale dx), so a group contributes dx * (s * sum(q * xq) + m * sum(xq)); q is
  *     already unsigned, so vpmaddubsw takes it directly (15 * 127 * 2: no saturation).
  *   - fp32: W as float [N, K], dot products with FMA.
  * Tiles of several output rows share each activation load; with several activation rows
@@ -126,19 +126,17 @@ static void quantize_rows(const float *x, int64_t rows, int64_t k, int64_t kp, i
     }
 }
 
-/* Per row and block of 32: q[r, :], dx[r, g] = amax / 127, xsum[r, g] = dx * sum(q). */
-static void quantize_blocks(const float *x, int64_t rows, int64_t k, int8_t *q, float *dx,
+/* Per row: q[r, :] with scale dx[r] = amax / 127 and, per group of 32, xsum[r, g] = the
+ * group's sum of q (the int4 kernel's minimum term). */
+static void quantize_groups(const float *x, int64_t rows, int64_t k, int8_t *q, float *dx,
                             float *xsum) {
     int64_t groups = k / 32;
     for (int64_t r = 0; r < rows; r++) {
-        for (int64_t g = 0; g < groups; g++) {
-            const float *src = x + r * k + g * 32;
-            float amax = abs_max(src, 32), d = amax / 127.0f;
-            int32_t s = quantize_span(src, 32, amax > 0.0f ? 127.0f / amax : 0.0f,
-                                      q + r * k + g * 32);
-            dx[r * groups + g] = d;
-            xsum[r * groups + g] = d * (float)s;
-        }
+        float amax = abs_max(x + r * k, k), inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        dx[r] = amax / 127.0f;
+        for (int64_t g = 0; g < groups; g++)
+            xsum[r * groups + g] = (float)quantize_span(x + r * k + g * 32, 32, inv,
+                                                        q + r * k + g * 32);
     }
 }
 
@@ -250,24 +248,24 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
  * record: the 4 rows' 16 nibble bytes (byte i: q[i] low, q[i + 16] high), then their 4
  * fp16 scales, then their 4 fp16 minimums. Two rows' nibbles fill one 256-bit register;
  * the low nibbles meet the group's first 16 activations broadcast to both halves, the
- * high nibbles the last 16, so no shuffle is needed. out[r * 4 + j] as for int8. */
+ * high nibbles the last 16, so no shuffle is needed. The activations have one scale per
+ * row, applied once at the end, so a group costs one int-to-float conversion and one FMA
+ * per 4 output rows. out[r * 4 + j] as for int8 (before the row's activation scale). */
 #define I4_RECORD 80
 #if TI_AVX2
 #define I4_TILE(RB)                                                                        \
-    static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *dx,          \
-                             const float *xsum, int64_t k, float *out) {                   \
+    static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *xsum,        \
+                             int64_t k, float *out) {                                      \
         const int64_t groups = k / 32;                                                     \
         const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);           \
-        const __m256i spread01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);               \
-        const __m256i spread23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);               \
-        __m256 a01[RB], a23[RB];                                                           \
+        const __m256i spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);                 \
+        __m256 a[RB];                                                                      \
         __m128 am[RB];                                                                     \
         for (int r = 0; r < RB; r++) {                                                     \
-            a01[r] = a23[r] = _mm256_setzero_ps();                                         \
+            a[r] = _mm256_setzero_ps();                                                    \
             am[r] = _mm_setzero_ps();                                                      \
         }                                                                                  \
         for (int64_t g = 0; g < groups; g++, w += I4_RECORD) {                             \
-            PREFETCH(w);                                                                   \
             __m256i n01 = _mm256_loadu_si256((const __m256i *)w);                          \
             __m256i n23 = _mm256_loadu_si256((const __m256i *)(w + 32));                   \
             __m256i lo01 = _mm256_and_si256(n01, low);                                     \
@@ -276,9 +274,8 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
             __m256i hi23 = _mm256_and_si256(_mm256_srli_epi16(n23, 4), low);               \
             __m128 sc = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(w + 64)));          \
             __m128 mn = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(w + 72)));          \
-            __m256 sc2 = _mm256_set_m128(sc, sc);                                          \
-            __m256 s01 = _mm256_permutevar8x32_ps(sc2, spread01);                          \
-            __m256 s23 = _mm256_permutevar8x32_ps(sc2, spread23);                          \
+            /* [s0 s0 s2 s2 | s1 s1 s3 s3], the order of the hadd below */                  \
+            __m256 s = _mm256_permutevar8x32_ps(_mm256_set_m128(sc, sc), spread);          \
             for (int r = 0; r < RB; r++) {                                                 \
                 const int8_t *xg = xq + r * k + 32 * g;                                    \
                 __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xg)); \
@@ -287,26 +284,21 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                                                                  _mm256_maddubs_epi16(hi01, xhi)), ones); \
                 __m256i p23 = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo23, xlo), \
                                                                  _mm256_maddubs_epi16(hi23, xhi)), ones); \
-                __m256 d = _mm256_broadcast_ss(dx + r * groups + g);                       \
-                a01[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p01), _mm256_mul_ps(s01, d), a01[r]); \
-                a23[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p23), _mm256_mul_ps(s23, d), a23[r]); \
+                __m256i h = _mm256_hadd_epi32(p01, p23);  /* [r0 r0 r2 r2 | r1 r1 r3 r3] */  \
+                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), s, a[r]);                    \
                 am[r] = _mm_fmadd_ps(mn, _mm_broadcast_ss(xsum + r * groups + g), am[r]);   \
             }                                                                              \
         }                                                                                  \
         for (int r = 0; r < RB; r++) {                                                     \
-            /* lanes 0-3 of a01 are row 0's partial sums, 4-7 row 1's; same for 2, 3 */     \
-            __m256 h = _mm256_hadd_ps(a01[r], a23[r]);                                     \
-            h = _mm256_hadd_ps(h, h);                                                      \
-            /* h: [r0 r2 r0 r2 | r1 r3 r1 r3] */                                           \
-            __m128 lo = _mm256_castps256_ps128(h), hi = _mm256_extractf128_ps(h, 1);       \
-            __m128 v = _mm_unpacklo_ps(lo, hi);  /* r0 r1 r2 r3 */                          \
-            _mm_storeu_ps(out + 4 * r, _mm_add_ps(v, am[r]));                              \
+            __m128 t = _mm_hadd_ps(_mm256_castps256_ps128(a[r]), _mm256_extractf128_ps(a[r], 1)); \
+            t = _mm_shuffle_ps(t, t, _MM_SHUFFLE(3, 1, 2, 0));   /* r0 r1 r2 r3 */          \
+            _mm_storeu_ps(out + 4 * r, _mm_add_ps(t, am[r]));                              \
         }                                                                                  \
     }
 #else
 #define I4_TILE(RB)                                                                        \
-    static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *dx,          \
-                             const float *xsum, int64_t k, float *out) {                   \
+    static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *xsum,        \
+                             int64_t k, float *out) {                                      \
         const int64_t groups = k / 32;                                                     \
         for (int r = 0; r < RB; r++)                                                       \
             for (int j = 0; j < 4; j++) {                                                  \
@@ -320,8 +312,7 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                     uint16_t sc, mn;                                                       \
                     memcpy(&sc, rec + 64 + 2 * j, 2);                                      \
                     memcpy(&mn, rec + 72 + 2 * j, 2);                                      \
-                    v += half_to_float(sc) * dx[r * groups + g] * (float)s                 \
-                         + half_to_float(mn) * xsum[r * groups + g];                       \
+                    v += half_to_float(sc) * (float)s + half_to_float(mn) * xsum[r * groups + g]; \
                 }                                                                          \
                 out[r * 4 + j] = v;                                                        \
             }                                                                              \
@@ -335,24 +326,24 @@ I4_TILE(2)
 int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
                    const float *bias, int64_t n, float *y) {
     const int64_t groups = k / 32;
-    float *dx = (float *)malloc((size_t)(2 * rows * groups) * sizeof(float) + (size_t)(rows * k));
+    float *dx = (float *)malloc((size_t)(rows + rows * groups) * sizeof(float) + (size_t)(rows * k));
     if (!dx) return -1;
-    float *xsum = dx + rows * groups;
+    float *xsum = dx + rows;
     int8_t *xq = (int8_t *)(xsum + rows * groups);
-    quantize_blocks(x, rows, k, xq, dx, xsum);
+    quantize_groups(x, rows, k, xq, dx, xsum);
     float acc[8];
     for (int64_t t = 0; t < n; t += 4) {
         const uint8_t *wt = w + (t / 4) * groups * I4_RECORD;
         int nb = n - t < 4 ? (int)(n - t) : 4;
         int64_t r = 0;
         for (; r + 2 <= rows; r += 2) {
-            i4_tile_2(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
+            i4_tile_2(wt, xq + r * k, xsum + r * groups, k, acc);
             for (int a = 0; a < 2; a++)
-                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
+                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j] * dx[r + a];
         }
         for (; r < rows; r++) {
-            i4_tile_1(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
-            for (int j = 0; j < nb; j++) y[r * n + t + j] = acc[j];
+            i4_tile_1(wt, xq + r * k, xsum + r * groups, k, acc);
+            for (int j = 0; j < nb; j++) y[r * n + t + j] = acc[j] * dx[r];
         }
     }
     if (bias)
