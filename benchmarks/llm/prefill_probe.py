@@ -110,14 +110,20 @@ def per_round_ratios(rounds: list[dict[str, Any]], num: str, den: str) -> dict[s
     return out
 
 
-def summary(rounds: list[dict[str, Any]], key: str) -> dict[str, float]:
+def summary(rounds: list[dict[str, Any]], key: str, info: dict[str, Any]) -> dict[str, float]:
+    """Medians over rounds; for turboinfer also the batch-1 decode rate's fraction of the
+    bandwidth roofline (bytes of weights per token over the read bandwidth of its round)."""
     runs = [r["runs"][key] for r in rounds]
     row = {"ttft512_ms": statistics.median(1e3 * x["ttft"]["wall_s"] for x in runs),
            "b1_tps": statistics.median(GEN_LEN / x["b1"]["wall_s"] for x in runs),
            "b16_tps": statistics.median(BATCH * GEN_LEN / x["b16"]["wall_s"] for x in runs)}
     if runs[0]["b1"]["ttft_s"] is not None:
-        row["b1_decode_tps"] = statistics.median(
-            (GEN_LEN - 1) / (x["b1"]["wall_s"] - x["b1"]["ttft_s"]) for x in runs)
+        decode = [(GEN_LEN - 1) / (x["b1"]["wall_s"] - x["b1"]["ttft_s"]) for x in runs]
+        row["b1_decode_tps"] = statistics.median(decode)
+        if "bytes_per_token" in info:
+            row["roofline_fraction"] = statistics.median(
+                d * info["bytes_per_token"] / r["bandwidth"]
+                for d, r in zip(decode, rounds, strict=True))
     return row
 
 
@@ -166,7 +172,7 @@ def main() -> None:
             w.close()
     keys = [w.key for w in workers]
     ids = {k: rounds[-1]["runs"][k]["b16"]["ids"] for k in keys}
-    results = {
+    results: dict[str, Any] = {
         "machine": {"cpu": cpu_model(), "logical_cores": os.cpu_count(),
                     "threads": args.threads, "load_average_at_start": load_start,
                     "load_average_at_end": os.getloadavg(), "seconds": time.time() - started},
@@ -176,7 +182,9 @@ def main() -> None:
         "baseline": _describe(args.baseline) if args.baseline else None,
         "settings": {"ttft_prompt_len": TTFT_PROMPT, "prompt_len": PROMPT_LEN,
                      "gen_len": GEN_LEN, "batch": BATCH, "rounds": args.rounds},
-        "summary": {k: summary(rounds, k) for k in keys},
+        "summary": {k: summary(rounds, k, w.info) for k, w in zip(keys, workers, strict=True)},
+        "bytes_per_token": {k: w.info.get("bytes_per_token") for k, w in zip(keys, workers,
+                                                                           strict=True)},
         "ratios": {f"{k} / CTranslate2 fp32": per_round_ratios(rounds, k, "CTranslate2 fp32")
                    for k in keys if k != "CTranslate2 fp32"},
         # Greedy ids of the last batch-16 run equal CTranslate2 fp32's (which equal
