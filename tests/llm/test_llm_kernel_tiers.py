@@ -34,10 +34,10 @@ def test_decoder_layers_get_a_prefill_tier_and_the_lm_head_does_not(
            and prefill_choice.timings_ms[prefill_choice.chosen]
            < PREFILL_MIN_GAIN * prefill_choice.timings_ms.get(down.large.name, float("inf")))
     assert down.prefill.name == (prefill_choice.chosen if own else down.large.name)
-    # Row counts route to their tier: 1-4 small, up to sqrt(16 * 128) many, then prefill.
-    assert down.kernel_for(4) is down.small and down.kernel_for(45) is down.large
-    assert down.kernel_for(46) is down.prefill
-    for n in (1, 16, 46, 130):
+    # Row counts route to their tier: 1-4 small, up to 2 * 16 many, then prefill.
+    assert down.kernel_for(4) is down.small and down.kernel_for(32) is down.large
+    assert down.kernel_for(33) is down.prefill
+    for n in (1, 16, 33, 130):
         x = torch.randn(n, down.in_features)
         torch.testing.assert_close(down(x), F.linear(x, weight), atol=1e-4, rtol=1e-4)
 

@@ -5,7 +5,7 @@ faster with bf16 activations than with fp32 ones, on another fbgemm's dynamic-in
 linear beat fp32 4.6x at one row, and the fp32 layout MKL prefers depends on the row
 count. So for every distinct linear shape of the model, each candidate of the weight
 format (``llm/kernel_candidates.py``) is built and timed on that shape at the row counts
-the engine runs (1 for batch-1 decode, 16 for a busy batch, 512 for a prompt chunk), in
+the engine runs (1 for batch-1 decode, 16 for a busy batch, 512 for an fp32 prompt chunk), in
 interleaved rounds, and the fastest per row count is kept. A layer then holds the winner
 for each (one object where they are the same kernel) and picks by the rows of each call:
 on one machine MKL's weight packed for 16 rows took 48 ms at 512 rows where the
@@ -229,14 +229,17 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
     A layer the format cannot hold (int4 needs whole groups) keeps fp32 candidates. A tied
     LM head gets its own copy; the embedding table stays in float. ``measure=False``
     takes each format's first candidate without timing. ``prefill_rows`` (0: none) adds
-    a third row count for prompt chunks, except for the layers named in
+    a third row count for prompt chunks to fp32 layers, except for those named in
     ``few_rows_only``: the engine projects only the rows it samples from through the LM
     head, and timing its 32000-wide product at 512 rows would take seconds. Returns one
     ``KernelChoice`` per distinct shape and row count, with how many layers use it.
     """
     few, many = row_counts
     split = int(math.sqrt(few * many))
-    prefill_split = int(math.sqrt(many * prefill_rows))
+    # Twice the many-rows count, not the geometric mean: a kernel chosen for 16 rows
+    # (the native ones especially) fell behind the 512-row winner from 24-48 rows on
+    # (at 64 rows 1.2-1.3x slower for the 110M model's shapes).
+    prefill_split = 2 * many
     used: dict[tuple[object, ...], tuple[KernelChoice, int]] = {}
     with torch.inference_mode():
         for parent in list(model.modules()):
@@ -245,8 +248,11 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                     continue
                 layer_mode = (mode if supports(mode, child.out_features, child.in_features,
                                                group_size) else QuantMode.NONE)
+                # fp32 only: a quantized format's 512-row winner may quantize activations
+                # differently from its few-rows kernels (per tensor instead of per row),
+                # which moves its accuracy, not only its speed.
                 tiers = ((few, many) if not prefill_rows or name in few_rows_only
-                         else (few, many, prefill_rows))
+                         or layer_mode is not QuantMode.NONE else (few, many, prefill_rows))
                 choices = [_decide(layer_mode, child, rows, group_size, measure)
                            for rows in tiers]
                 for choice in choices:
