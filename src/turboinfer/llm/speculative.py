@@ -11,16 +11,15 @@ argmax agrees", so greedy output is identical to plain greedy decoding.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from turboinfer.llm.attention import KVCache
-from turboinfer.llm.model import DecoderLayer, LlamaModel
+from turboinfer.llm.lean_decode import LayerPlan, one_row
+from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.runner import ModelRunner, StepItem
 from turboinfer.llm.sampler import logits_to_probs, sample_from_probs
 from turboinfer.llm.sequence import Sequence
@@ -207,9 +206,9 @@ class SingleSequenceDecoder:
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         # Resolved once: per step, every module call and tensor slice is overhead.
-        self.layers = [_LayerPlan.of(module) for module in model.layers]  # type: ignore[arg-type]
+        self.layers = [LayerPlan.of(module) for module in model.layers]  # type: ignore[arg-type]
         self.final_norm = (model.norm.weight, model.norm.eps)
-        self.lm_head = _one_row(model.lm_head)
+        self.lm_head = one_row(model.lm_head)
         rope = model.rope
         half = rope.cos.shape[-1] // 2
         # Rotate-half's sign folded into the sin table: one roll per rotation.
@@ -285,49 +284,6 @@ class SingleSequenceDecoder:
                                 * gate_up.narrow(1, inner, inner))
         last = F.rms_norm(x.narrow(0, n - 1, 1), (hidden,), *self.final_norm)
         return self.lm_head(last)[0]
-
-
-Linear = Callable[[torch.Tensor], torch.Tensor]
-
-
-def _one_row(module: nn.Module) -> Linear:
-    """The kernel a measured layer (``llm/kernels.py``) runs for one row, else the
-    module: the draft's steps are one row, and the lookup per call is overhead."""
-    kernel_for = getattr(module, "kernel_for", None)
-    return kernel_for(1) if kernel_for is not None else module
-
-
-@dataclass(frozen=True)
-class _LayerPlan:
-    """One decoder layer's weights and kernels, looked up once."""
-
-    norm1: torch.Tensor
-    norm2: torch.Tensor
-    eps: float
-    qkv: tuple[Linear, nn.Module]     # (one-row kernel, the module for more rows)
-    o: tuple[Linear, nn.Module]
-    gate_up: tuple[Linear, nn.Module]
-    down: tuple[Linear, nn.Module]
-    heads: int
-    kv_heads: int
-    head_dim: int
-    scale: float
-
-    @classmethod
-    def of(cls, layer: DecoderLayer) -> _LayerPlan:
-        attn, mlp = layer.self_attn, layer.mlp
-
-        def pair(m: nn.Module) -> tuple[Linear, nn.Module]:
-            return _one_row(m), m
-
-        return cls(layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
-                   layer.input_layernorm.eps, pair(attn.qkv_proj), pair(attn.o_proj),
-                   pair(mlp.gate_up_proj), pair(mlp.down_proj), attn.num_heads,
-                   attn.num_kv_heads, attn.head_dim, attn.scale)
-
-    @staticmethod
-    def linear(which: tuple[Linear, nn.Module], x: torch.Tensor) -> torch.Tensor:
-        return which[0](x) if x.shape[0] == 1 else which[1](x)
 
 
 @dataclass

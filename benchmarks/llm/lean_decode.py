@@ -1,0 +1,101 @@
+"""Batch-1 decode with and without the lean single-sequence step (llm/lean_decode.py).
+
+``python benchmarks/llm/lean_decode.py [--rounds N] [--model DIR]``: the random 110M
+Llama (/work/peers/llm110m-gqa), a 64-token prompt and 64 greedy tokens, one thread,
+fp32 / int8 / int4 loaded once each; every round runs each format with the lean path on
+and off back to back (the order alternating between rounds), so the ratios compare runs
+seconds apart. Decode tok/s counts the tokens after the first over the time after the
+first token. Writes lean_decode.json next to this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from turboinfer.llm import LLM, EngineConfig, SamplingParams
+
+MODEL = Path("/work/peers/llm110m-gqa")
+PROMPT_LEN, GEN = 64, 64
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def run_once(llm: LLM, prompt: list[int], lean: bool) -> dict[str, Any]:
+    llm.engine.runner.lean_decode = lean
+    params = SamplingParams(max_tokens=GEN, temperature=0, ignore_eos=True)
+    start = time.perf_counter()
+    out = llm.generate([prompt], params)[0]
+    total = time.perf_counter() - start
+    decode_s = total - out.ttft_s
+    return {"ids": list(out.token_ids), "total_s": total, "ttft_s": out.ttft_s,
+            "decode_tps": (GEN - 1) / decode_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--model", type=Path, default=MODEL)
+    ap.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".json"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(3, 32000, (PROMPT_LEN,), generator=gen).tolist()
+    llms = {q: LLM(str(args.model), quant=q, config=EngineConfig(num_threads=1,
+                                                                 kv_cache_tokens=16 * 1024))
+            for q in ("none", "int8", "int4")}
+    for llm in llms.values():           # warm-up: kernels, caches, allocator
+        run_once(llm, prompt, True)
+        run_once(llm, prompt, False)
+    rounds: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        row: dict[str, Any] = {"load_before": os.getloadavg()}
+        for q, llm in llms.items():
+            order = (True, False) if r % 2 == 0 else (False, True)
+            res = {lean: run_once(llm, prompt, lean) for lean in order}
+            row[q] = {"lean_tps": res[True]["decode_tps"], "general_tps": res[False]["decode_tps"],
+                      "lean_total_s": res[True]["total_s"],
+                      "general_total_s": res[False]["total_s"],
+                      "same_ids": res[True]["ids"] == res[False]["ids"]}
+        row["load_after"] = os.getloadavg()
+        rounds.append(row)
+        print(json.dumps(row))
+    summary = {}
+    for q in llms:
+        name = {"none": "fp32"}.get(q, q)
+        ratios = [x[q]["lean_tps"] / x[q]["general_tps"] for x in rounds]
+        summary[name] = {
+            "lean_tps_median": statistics.median(x[q]["lean_tps"] for x in rounds),
+            "general_tps_median": statistics.median(x[q]["general_tps"] for x in rounds),
+            "speedup_median": statistics.median(ratios),
+            "speedup_min": min(ratios), "speedup_max": max(ratios),
+            "same_ids_all_rounds": all(x[q]["same_ids"] for x in rounds),
+        }
+    loads = [v for x in rounds for v in (x["load_before"][0], x["load_after"][0])]
+    results = {
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
+                    "threads": 1},
+        "workload": {"model": str(args.model), "prompt_tokens": PROMPT_LEN,
+                     "generated_tokens": GEN, "batch": 1, "greedy": True},
+        "load_average_1min": {"min": min(loads), "max": max(loads)},
+        "summary": summary, "rounds": rounds,
+    }
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
