@@ -48,3 +48,18 @@ def test_no_prefill_tier_when_asked(tiny_llama_dir: Path) -> None:
     assert {c.rows for c in choices} == {1, 16}
     down = model.layers[0].mlp.down_proj
     assert isinstance(down, SelectedLinear) and down.kernel_for(10_000) is down.large
+
+
+def test_prompt_chunk_copies_stay_within_the_memory_budget(tiny_llama_dir: Path) -> None:
+    model = load_model(tiny_llama_dir)
+    x = torch.randn(130, model.config.hidden_size)
+    expected = F.linear(x, model.layers[0].mlp.gate_up_proj.weight.detach())
+    select_kernels(model, QuantMode.NONE, prefill_rows=128, prefill_budget_bytes=0)
+    for layer in model.layers:
+        for linear in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
+                       layer.mlp.gate_up_proj, layer.mlp.down_proj):
+            assert isinstance(linear, SelectedLinear)
+            # No new copy: the chunk tier is the many-rows kernel or one already built.
+            assert linear.prefill is linear.large or linear.prefill is linear.small
+    gate_up = model.layers[0].mlp.gate_up_proj
+    torch.testing.assert_close(gate_up(x), expected, rtol=1e-4, atol=1e-4)

@@ -22,6 +22,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
+import psutil
 import torch
 from torch import nn
 
@@ -46,6 +47,9 @@ PREFILL_ROWS = 512
 PREFILL_ROUNDS = 3
 PREFILL_DROP_FACTOR = 2.0
 PREFILL_MIN_GAIN = 0.9
+# The prompt-chunk kernels' own weight copies may take at most this share of the memory
+# available at load: a faster prefill is not worth running a large model out of memory.
+PREFILL_MEMORY_SHARE = 0.25
 ROUNDS = 5
 MAX_COPIES = 16             # weight copies rotated through, so timing reads from memory
 ROUND_BUDGET_S = 0.01       # per candidate and round; at least one call
@@ -210,6 +214,10 @@ def _build(mode: QuantMode, name: str, linear: nn.Linear, rows: int,
     return cand.build(linear.weight.detach().float(), _bias(linear), rows), cand.rows_specific
 
 
+def _weight_bytes(linear: nn.Linear) -> int:
+    return linear.weight.numel() * 4        # a copy is kept in float32 at most
+
+
 def _worth_a_kernel(choice: KernelChoice, many_rows: str) -> bool:
     """Whether the prompt-chunk winner beats the many-rows kernel at chunk size by enough
     to hold its own copy of the weight."""
@@ -223,7 +231,8 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                    row_counts: tuple[int, int] = ROW_COUNTS,
                    prefill_rows: int = PREFILL_ROWS,
                    few_rows_only: tuple[str, ...] = ("lm_head",),
-                   measure: bool = True) -> list[KernelChoice]:
+                   measure: bool = True,
+                   prefill_budget_bytes: int | None = None) -> list[KernelChoice]:
     """Swap every ``nn.Linear`` for a ``SelectedLinear`` on the measured-fastest kernels.
 
     A layer the format cannot hold (int4 needs whole groups) keeps fp32 candidates. A tied
@@ -231,9 +240,14 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
     takes each format's first candidate without timing. ``prefill_rows`` (0: none) adds
     a third row count for prompt chunks to fp32 layers, except for those named in
     ``few_rows_only``: the engine projects only the rows it samples from through the LM
-    head, and timing its 32000-wide product at 512 rows would take seconds. Returns one
-    ``KernelChoice`` per distinct shape and row count, with how many layers use it.
+    head, and timing its 32000-wide product at 512 rows would take seconds. The weight
+    copies the prompt-chunk kernels add stay within ``prefill_budget_bytes`` (default: a
+    quarter of the memory available now); a layer past it runs prompt chunks on its
+    many-rows kernel. Returns one ``KernelChoice`` per distinct shape and row count,
+    with how many layers use it.
     """
+    budget = (int(PREFILL_MEMORY_SHARE * psutil.virtual_memory().available)
+              if prefill_budget_bytes is None else prefill_budget_bytes)
     few, many = row_counts
     split = int(math.sqrt(few * many))
     # Twice the many-rows count, not the geometric mean: a kernel chosen for 16 rows
@@ -265,9 +279,12 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                 prefill = None
                 if len(tiers) == 3 and _worth_a_kernel(choices[2], kernels[1]):
                     built = {kernels[0]: small, kernels[1]: large}
-                    prefill = (built[kernels[2]] if kernels[2] in built and not specific
-                               else _build(layer_mode, kernels[2], child, prefill_rows,
-                                           group_size)[0])
+                    if kernels[2] in built and not specific:
+                        prefill = built[kernels[2]]
+                    elif _weight_bytes(child) <= budget:
+                        prefill = _build(layer_mode, kernels[2], child, prefill_rows,
+                                         group_size)[0]
+                        budget -= _weight_bytes(child)
                 setattr(parent, name, SelectedLinear(small, large, split, child.in_features,
                                                      child.out_features, prefill=prefill,
                                                      prefill_split=prefill_split))
