@@ -67,16 +67,23 @@ def engines(threads: int) -> list[Engine]:
 
 
 class Worker:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        env = {**os.environ, "OMP_NUM_THREADS": engine.argv[2]}
+    """One engine's worker process (``workers/``), speaking ``workers/protocol.py``."""
+
+    def __init__(self, key: str, python: Path, argv: list[str] | tuple[str, ...],
+                 env: dict[str, str]) -> None:
+        self.key = key
         LOGS.mkdir(parents=True, exist_ok=True)
-        log = LOGS / f"{engine.name}-{engine.weights}.log"
+        log = LOGS / f"{key.replace(' ', '-')}.log"
         with log.open("w") as err:  # llama.cpp logs every tensor it loads
-            self.proc = subprocess.Popen([str(engine.python), *engine.argv],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=err, text=True, env=env)
+            self.proc = subprocess.Popen([str(python), *argv], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, text=True,
+                                         env={**os.environ, **env})
         self.info = self._read()
+
+    @classmethod
+    def for_engine(cls, engine: Engine) -> Worker:
+        return cls(f"{engine.name} {engine.weights}", engine.python, engine.argv,
+                   {"OMP_NUM_THREADS": engine.argv[2]})
 
     def _read(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
@@ -84,10 +91,6 @@ class Worker:
         if not line:
             raise SystemExit(f"{self.key}: worker exited ({self.proc.wait()})")
         return dict(json.loads(line))
-
-    @property
-    def key(self) -> str:
-        return f"{self.engine.name} {self.engine.weights}"
 
     def generate(self, prompts: list[list[int]], gen: int) -> dict[str, Any]:
         assert self.proc.stdin is not None
@@ -212,7 +215,7 @@ def main() -> None:
               if not args.only or f"{e.name} {e.weights}" in args.only.split(",")]
     started = time.time()
     load_start = os.getloadavg()
-    workers = [Worker(e) for e in chosen]
+    workers = [Worker.for_engine(e) for e in chosen]
     infos = {w.key: w.info for w in workers}
     for w in workers:   # warm-up: first calls pay one-off allocations
         w.generate(make_prompts(2, 16, 0), 4)
@@ -273,10 +276,9 @@ def main() -> None:
 
 
 def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
+    from turboinfer.hardware.cpu import read_cpu  # after main() put this checkout's src first
+
+    return read_cpu().model_name
 
 
 def targets(results: dict[str, Any]) -> list[str]:

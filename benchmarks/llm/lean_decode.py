@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -22,17 +21,11 @@ from typing import Any
 
 import torch
 
+from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
 
 MODEL = Path("/work/peers/llm110m-gqa")
 PROMPT_LEN, GEN = 64, 64
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def run_once(llm: LLM, prompt: list[int], lean: bool) -> dict[str, Any]:
@@ -91,8 +84,8 @@ def main() -> None:
     loads = [v for x in rounds for v in (x["load_before"][0], x["load_after"][0])]
     results = {
         "command": "python benchmarks/llm/lean_decode.py --rounds " + str(args.rounds),
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
-                    "threads": 1},
+        "machine": {"cpu": read_cpu().model_name, "cores": os.cpu_count(),
+                    "torch": torch.__version__, "threads": 1},
         "workload": {"model": str(args.model), "prompt_tokens": PROMPT_LEN,
                      "generated_tokens": GEN, "batch": 1, "greedy": True},
         "load_average_1min": {"min": min(loads), "max": max(loads)},

@@ -60,12 +60,12 @@ def workers_for(threads: int) -> list[Worker]:
             if not native:
                 os.environ[DISABLE_ENV] = "0"
             try:
-                out.append(Worker(engine))     # the worker inherits os.environ
+                out.append(Worker.for_engine(engine))     # the worker inherits os.environ
             finally:
                 os.environ.pop(DISABLE_ENV, None)
                 if previous is not None:
                     os.environ[DISABLE_ENV] = previous
-    out += [Worker(e) for e in engines(threads) if f"{e.name} {e.weights}" in PEERS]
+    out += [Worker.for_engine(e) for e in engines(threads) if f"{e.name} {e.weights}" in PEERS]
     return out
 
 

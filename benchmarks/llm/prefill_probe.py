@@ -30,43 +30,20 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from compare import BATCH, GEN_LEN, HERE, LOGS, MODEL, PEERS, PROMPT_LEN, cpu_model, make_prompts
+from compare import (
+    BATCH,
+    GEN_LEN,
+    HERE,
+    MODEL,
+    PEERS,
+    PROMPT_LEN,
+    Worker,
+    cpu_model,
+    make_prompts,
+)
 
 REPO = HERE.parents[1]
 TTFT_PROMPT = 512
-
-
-class Worker:
-    """One engine's worker process (``workers/``), speaking ``workers/protocol.py``."""
-
-    def __init__(self, key: str, python: Path, argv: list[str], env: dict[str, str]) -> None:
-        self.key = key
-        LOGS.mkdir(parents=True, exist_ok=True)
-        with (LOGS / f"probe-{key.replace(' ', '-')}.log").open("w") as err:
-            self.proc = subprocess.Popen([str(python), *argv], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, text=True,
-                                         env={**os.environ, **env})
-        self.info = self._read()
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"{self.key}: worker exited ({self.proc.wait()})")
-        return dict(json.loads(line))
-
-    def generate(self, prompts: list[list[int]], gen: int) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": "generate", "prompts": prompts, "gen": gen})
-                              + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write('{"op": "quit"}\n')
-        self.proc.stdin.flush()
-        self.proc.wait(timeout=60)
 
 
 def extract_revision(rev: str, into: Path) -> Path:

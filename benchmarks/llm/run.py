@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 import torch
 
+from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm import LLM, EngineConfig, SamplingParams, demo_model_dir
 from turboinfer.llm.bench import BenchSettings, run_bench
 from turboinfer.llm.config import QuantMode
@@ -343,8 +343,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     WORK.mkdir(parents=True, exist_ok=True)
     sections = args.sections.split(",")
-    machine = {"cpu": cpu_model(), "logical_cores": os.cpu_count(), "torch": torch.__version__,
-               "threads": args.threads, "load_average_at_start": os.getloadavg()}
+    machine = {"cpu": read_cpu().model_name, "logical_cores": os.cpu_count(),
+               "torch": torch.__version__, "threads": args.threads,
+               "load_average_at_start": os.getloadavg()}
     results: dict[str, object] = {}
     for section in sections:
         start, load = time.perf_counter(), os.getloadavg()
@@ -366,16 +367,6 @@ def main() -> None:
                        load_average_at_end=os.getloadavg())
     out.write_text(json.dumps({**previous, **results}, indent=1) + "\n")
 
-
-def cpu_model() -> str:
-    """The CPU's model name as lscpu prints it (``/proc/cpuinfo``), else the platform's."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 if __name__ == "__main__":
     main()
