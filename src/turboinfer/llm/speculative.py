@@ -209,11 +209,9 @@ class SingleSequenceDecoder:
         self.layers = [LayerPlan.of(module) for module in model.layers]  # type: ignore[arg-type]
         self.final_norm = (model.norm.weight, model.norm.eps)
         self.lm_head = one_row(model.lm_head)
-        rope = model.rope
-        half = rope.cos.shape[-1] // 2
         # Rotate-half's sign folded into the sin table: one roll per rotation.
-        self.cos = rope.cos[:, None]
-        self.sin = torch.cat([-rope.sin[:, :half], rope.sin[:, half:]], dim=-1)[:, None]
+        self.cos = model.rope.cos[:, None]
+        self.sin = model.rope.sin_signed[:, None]
 
     @torch.inference_mode()
     def greedy(self, feed: list[int], position: int, block_table: list[int],
