@@ -24,41 +24,22 @@ import json
 import os
 import resource
 import subprocess
-import sys
 import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from grpc_http import CONFIG, MODEL, cpu_seconds, start  # the script beside this one
 
+from turboinfer.hardware.cpu import read_cpu
 from turboinfer.models import resolve_model
-from turboinfer.serve.config import DynamicBatching, ModelConfig, write_entry
+from turboinfer.serve.config import write_entry
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent.parent / "src"
-MODEL = "digits-cnn"
-CONFIG = ModelConfig(max_batch_size=32,
-                     dynamic_batching=DynamicBatching(max_queue_delay_ms=0.0))
-TICKS = os.sysconf("SC_CLK_TCK")
 TRANSPORTS = {"http": ["-i", "http"], "grpc": ["-i", "grpc"],
               "grpc-stream": ["-i", "grpc", "--streaming"]}
-
-
-def start(repo: Path, log: Path) -> tuple[subprocess.Popen[str], int, int]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "turboinfer", "serve", str(repo), "--http-port", "0",
-         "--grpc-port", "0", "--model-control", "none"], stdout=subprocess.PIPE,
-        stderr=log.open("w"), text=True, env=dict(os.environ, PYTHONPATH=str(SRC)))
-    assert process.stdout is not None
-    fields = dict(part.split("=", 1) for part in process.stdout.readline().split()[2:])
-    return (process, int(fields["http"].rsplit(":", 1)[1]),
-            int(fields["grpc"].rsplit(":", 1)[1]))
-
-
-def cpu_seconds(pid: int) -> float:
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / TICKS  # utime + stime
 
 
 def served(http_port: int) -> tuple[int, int]:
@@ -121,14 +102,14 @@ def main() -> None:
     onnx = resolve_model(f"builtin:{MODEL}").artifact.onnx_path
     cells: dict[str, list[dict[str, Any]]] = {}
     result: dict[str, Any] = {
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(),
+        "machine": {"cpu": read_cpu().model_name, "cores": os.cpu_count(),
                     "load_average_1m_before": os.getloadavg()[0]},
         "perf_analyzer": version, "rounds": args.rounds, "seconds_per_cell": args.seconds,
         "cells": cells}
     with tempfile.TemporaryDirectory(prefix="grpc-pa-") as tmp:
         work = Path(tmp)
         write_entry(work / "repo", MODEL, onnx, CONFIG)
-        process, http_port, grpc_port = start(work / "repo", work / "server.log")
+        process, http_port, grpc_port = start(work / "repo", SRC, work / "server.log")
         try:
             for round_ in range(args.rounds):
                 order = list(TRANSPORTS) if round_ % 2 == 0 else list(TRANSPORTS)[::-1]
@@ -166,13 +147,6 @@ def main() -> None:
     result["load_average_1m_after"] = os.getloadavg()[0]
     args.output.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(ratios, indent=1))
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return ""
 
 
 if __name__ == "__main__":
