@@ -10,7 +10,8 @@ that path's inputs too (a view of the cache where the sequence's blocks are cons
 else the gathered blocks and an additive mask), since a mask cut short rounds
 differently, and through int4's bf16 activations that moved logits by 0.06.
 
-The speculative draft's ``SingleSequenceDecoder`` shares the layer plans.
+``SingleSequenceDecoder`` runs the speculative draft's greedy steps the same lean way,
+over keys and values gathered once per proposal into contiguous buffers.
 """
 
 from __future__ import annotations
@@ -144,3 +145,101 @@ class LeanDecoder:
             x = x + plan.down[0](F.silu(gate_up.narrow(1, 0, inner))
                                  * gate_up.narrow(1, inner, inner))
         return self.lm_head(F.rms_norm(x, (hidden,), *self.final_norm)).float()
+
+
+class SingleSequenceDecoder:
+    """Greedy steps of one sequence, without the packed-batch machinery.
+
+    A draft step is almost all per-operation overhead (one layer, a handful of rows), and
+    the runner's general path pays for generality a lone sequence does not need: it
+    builds the batch's positions, slots and additive mask and gathers every block of the
+    cache again in every layer of every step. Here a proposal gathers the sequence's
+    cached keys and values once into contiguous buffers, and each step appends its own
+    (to the buffers and the paged cache, so the next proposal finds them) and attends
+    over the buffer's prefix, with no mask for a single new token. It runs the model's
+    own modules, so its tokens are the model's greedy tokens up to float rounding; a draft
+    only proposes and the target verifies every token, so rounding could cost acceptance,
+    never exactness.
+    """
+
+    def __init__(self, model: LlamaModel, kv_cache: KVCache) -> None:
+        self.model = model
+        self.kv_cache = kv_cache
+        self.block_size = kv_cache.block_size
+        # Resolved once: per step, every module call and tensor slice is overhead.
+        self.layers = [LayerPlan.of(module) for module in model.layers]  # type: ignore[arg-type]
+        self.final_norm = (model.norm.weight, model.norm.eps)
+        self.lm_head = one_row(model.lm_head)
+        # Rotate-half's sign folded into the sin table: one roll per rotation.
+        self.cos = model.rope.cos[:, None]
+        self.sin = model.rope.sin_signed[:, None]
+
+    @torch.inference_mode()
+    def greedy(self, feed: list[int], position: int, block_table: list[int],
+               steps: int) -> list[int]:
+        """Feed ``feed`` (the tokens not yet in the cache) at ``position``, then each
+        argmax in turn; returns the ``steps`` argmax tokens (the first comes from the
+        feed's last position)."""
+        bs = self.block_size
+        end = position + len(feed) + steps - 1          # positions [position, end) written
+        table = torch.tensor(block_table[:(end - 1) // bs + 1], dtype=torch.long)
+        cache = self.kv_cache
+        kv_heads, head_dim = cache.k.shape[-2:]
+        # Per layer: the sequence's keys and values by position (a copy), and the paged
+        # cache's slots (where the next proposal's gather will look).
+        buffers = [(cache.k[i].index_select(0, table).view(-1, kv_heads, head_dim),
+                    cache.v[i].index_select(0, table).view(-1, kv_heads, head_dim),
+                    cache.k[i].view(-1, kv_heads, head_dim),
+                    cache.v[i].view(-1, kv_heads, head_dim))
+                   for i in range(cache.k.shape[0])]
+        slots = torch.tensor([block_table[p // bs] * bs + p % bs for p in range(position, end)],
+                             dtype=torch.long)
+        out: list[int] = []
+        tokens, pos = feed, position
+        while len(out) < steps:
+            n = len(tokens)
+            logits = self._forward(tokens, pos, slots.narrow(0, pos - position, n), buffers)
+            out.append(int(logits.argmax()))
+            pos += n
+            tokens = out[-1:]
+        return out
+
+    def _forward(self, tokens: list[int], pos: int, slots: torch.Tensor,
+                 buffers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+                 ) -> torch.Tensor:
+        """Logits of the last of ``tokens`` fed at positions ``pos...``."""
+        model = self.model
+        n, end = len(tokens), pos + len(tokens)
+        weight = model.embed_tokens.weight
+        x = (weight.narrow(0, tokens[0], 1) if n == 1
+             else weight.index_select(0, torch.tensor(tokens, dtype=torch.long)))
+        cos, sin = self.cos.narrow(0, pos, n), self.sin.narrow(0, pos, n)
+        mask = None
+        if n > 1:
+            # New token j sees every cached position and the new ones up to itself.
+            mask = torch.zeros(n, end)
+            mask[:, pos:].masked_fill_(torch.ones(n, n, dtype=torch.bool).triu(1),
+                                       float("-inf"))
+        hidden = x.shape[-1]
+        for plan, (keys, values, flat_k, flat_v) in zip(self.layers, buffers, strict=True):
+            heads, kvh, size = plan.heads, plan.kv_heads, plan.head_dim
+            h = F.rms_norm(x, (hidden,), plan.norm1, plan.eps)
+            qkv = plan.linear(plan.qkv, h).view(n, heads + 2 * kvh, size)
+            qk = qkv.narrow(1, 0, heads + kvh)
+            qk = qk * cos + qk.roll(size // 2, -1) * sin
+            k, v = qk.narrow(1, heads, kvh), qkv.narrow(1, heads + kvh, kvh)
+            keys.narrow(0, pos, n).copy_(k)
+            values.narrow(0, pos, n).copy_(v)
+            flat_k.index_copy_(0, slots, k)
+            flat_v.index_copy_(0, slots, v)
+            o = F.scaled_dot_product_attention(
+                qk.narrow(1, 0, heads).transpose(0, 1), keys.narrow(0, 0, end).transpose(0, 1),
+                values.narrow(0, 0, end).transpose(0, 1), attn_mask=mask, scale=plan.scale,
+                enable_gqa=kvh != heads)                                   # [H, n, D]
+            x = x + plan.linear(plan.o, o.transpose(0, 1).reshape(n, heads * size))
+            gate_up = plan.linear(plan.gate_up, F.rms_norm(x, (hidden,), plan.norm2, plan.eps))
+            inner = gate_up.shape[-1] // 2
+            x = x + plan.linear(plan.down, F.silu(gate_up.narrow(1, 0, inner))
+                                * gate_up.narrow(1, inner, inner))
+        last = F.rms_norm(x.narrow(0, n - 1, 1), (hidden,), *self.final_norm)
+        return self.lm_head(last)[0]
