@@ -1,4 +1,5 @@
-"""Compile ``kernels.c`` once per source, compiler, flags and CPU, and load it.
+"""Compile ``kernels.c`` and ``decode.c`` into one library once per source, compiler,
+flags and CPU, and load it.
 
 The shared library is kept in the cache folder (``$TURBOINFER_CACHE_DIR``, else the user
 cache folder) under a name that hashes everything its machine code depends on: the
@@ -24,13 +25,13 @@ from pathlib import Path
 
 import platformdirs
 
-SOURCE = Path(__file__).with_name("kernels.c")
+SOURCES = (Path(__file__).with_name("kernels.c"), Path(__file__).with_name("decode.c"))
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
 CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache uses
 DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 COMPILE_TIMEOUT_S = 120
 
-_i64, _ptr = ctypes.c_int64, ctypes.c_void_p
+_i64, _ptr, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 
 
 class NativeLibrary:
@@ -48,6 +49,27 @@ class NativeLibrary:
         # (x, rows, k, tiles, bias, n, kp, y)
         self.f32_linear = self._fn("ti_f32_linear",
                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
+        # decode.c. (x, rows, n, w, eps, y)
+        self.rms_norm = self._fn("ti_rms_norm", [_ptr, _i64, _i64, _ptr, _f32, _ptr])
+        self.rms_norm.restype = None
+        # (gate_up, rows, inner, y)
+        self.silu_mul = self._fn("ti_silu_mul", [_ptr, _i64, _i64, _ptr])
+        self.silu_mul.restype = None
+        # (qkv, rows, heads, kv_heads, head_dim, cos, sin_signed, positions, k_cache,
+        #  v_cache, slots)
+        self.rope_kv = self._fn("ti_rope_kv", [_ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr,
+                                               _ptr, _ptr, _ptr])
+        # (q, batch, q_stride, heads, kv_heads, head_dim, k_cache, v_cache, tables,
+        #  max_blocks, block_size, lens, scale, out)
+        self.paged_decode_attention = self._fn(
+            "ti_paged_decode_attention",
+            [_ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _f32, _ptr])
+        # (layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps, scale,
+        #  final_norm, cos, sin_signed, table, block_size, position, x)
+        self.decode_step = self._fn(
+            "ti_decode_step",
+            [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _i64,
+             _i64, _ptr])
 
     def _fn(self, name: str, argtypes: list[type]) -> Callable[..., int]:
         fn = getattr(self._cdll, name)
@@ -85,7 +107,7 @@ def _cpu_flags() -> str:
 
 def build_library(compiler: str, flags: tuple[str, ...] = FLAGS, *,
                   folder: Path | None = None) -> NativeStatus:
-    """Compile (or find compiled) ``kernels.c`` with ``compiler`` and ``flags``; load it."""
+    """Compile (or find compiled) the sources with ``compiler`` and ``flags``; load them."""
     argv = shlex.split(compiler)
     if not argv or shutil.which(argv[0]) is None:
         return NativeStatus(None, f"no C compiler: {compiler!r} not found (set CC)")
@@ -94,8 +116,8 @@ def build_library(compiler: str, flags: tuple[str, ...] = FLAGS, *,
                                  timeout=COMPILE_TIMEOUT_S, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         return NativeStatus(None, f"C compiler {compiler!r} does not run: {exc}")
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), version.encode(),
+    digest = hashlib.sha256(b"\0".join([*(path.read_bytes() for path in SOURCES),
+                                        " ".join(flags).encode(), version.encode(),
                                         _cpu_flags().encode()])).hexdigest()[:16]
     folder = folder or cache_dir()
     final = folder / f"kernels-{digest}.so"
@@ -103,14 +125,14 @@ def build_library(compiler: str, flags: tuple[str, ...] = FLAGS, *,
         tmp = folder / f".{final.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            done = subprocess.run([*argv, *flags, "-o", str(tmp), str(SOURCE), "-lm"],
+            done = subprocess.run([*argv, *flags, "-o", str(tmp), *map(str, SOURCES), "-lm"],
                                   capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
             if done.returncode != 0:
                 last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-                return NativeStatus(None, f"compiling kernels.c failed: {last}")
+                return NativeStatus(None, f"compiling the native kernels failed: {last}")
             os.replace(tmp, final)
         except (OSError, subprocess.SubprocessError) as exc:
-            return NativeStatus(None, f"compiling kernels.c failed: {exc}")
+            return NativeStatus(None, f"compiling the native kernels failed: {exc}")
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)

@@ -1,0 +1,292 @@
+/* A decode step's work besides the linear layers, and a whole batch-1 decode step.
+ *
+ * At one row a small model's linear layers take a few milliseconds per token; the rest
+ * of a step (norms, rotary embedding, the cache write, single-query attention, the
+ * activation, residual adds) is a few dozen small tensor operations per layer, each of
+ * which costs more in dispatch than in arithmetic. Here they are plain loops over float32:
+ *   - ti_rms_norm: y = x / sqrt(mean(x^2) + eps) * w, per row.
+ *   - ti_rope_kv: rotates the queries and keys of fused q|k|v rows in place (the "rotate
+ *     half" form, with the sign folded into the sin table) and writes each row's keys and
+ *     values to its slot of the paged cache.
+ *   - ti_paged_decode_attention: one query per sequence over its cached keys and values,
+ *     found through its block table; grouped heads share each key and value load.
+ *   - ti_silu_mul: silu(gate) * up over fused gate|up rows.
+ *   - ti_decode_step: one token of one sequence through every layer, the linear layers on
+ *     kernels.c's native kernels; the caller applies the LM head to the normed output.
+ * Compiled into one library with kernels.c (loader.py).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define TD_AVX2 1
+#include <immintrin.h>
+#else
+#define TD_AVX2 0
+#endif
+
+int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                   const float *wscale, const float *bias, int64_t n, int64_t kp, float *y);
+int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
+                   const float *bias, int64_t n, float *y);
+int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
+                  const float *bias, int64_t n, int64_t kp, float *y);
+
+#define MAX_HEAD_DIM 512
+
+/* ---- vector helpers -------------------------------------------------------------- */
+
+#if TD_AVX2
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* exp(x) for float lanes: Cephes' range reduction and degree-5 polynomial (about 1 ulp
+ * in the range that matters), inputs clamped to where expf is finite and normal. */
+static inline __m256 exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365478515625f);
+    x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+#endif
+
+static inline float dot(const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    float s = 0.0f;
+#if TD_AVX2
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s = hsum8(_mm256_add_ps(s0, s1));
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* y += a * x over n floats. */
+static inline void axpy(float a, const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+#if TD_AVX2
+    const __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+static inline void add_into(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+#if TD_AVX2
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) y[i] += x[i];
+}
+
+/* ---- norms, rotary, activation --------------------------------------------------- */
+
+void ti_rms_norm(const float *x, int64_t rows, int64_t n, const float *w, float eps, float *y) {
+    for (int64_t r = 0; r < rows; r++, x += n, y += n) {
+        float inv = 1.0f / sqrtf(dot(x, x, n) / (float)n + eps);
+        int64_t i = 0;
+#if TD_AVX2
+        const __m256 vi = _mm256_set1_ps(inv);
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi),
+                                                  _mm256_loadu_ps(w + i)));
+#endif
+        for (; i < n; i++) y[i] = x[i] * inv * w[i];
+    }
+}
+
+/* Rows of [gate (inner) | up (inner)] -> rows of silu(gate) * up (inner). */
+void ti_silu_mul(const float *gate_up, int64_t rows, int64_t inner, float *y) {
+    for (int64_t r = 0; r < rows; r++, gate_up += 2 * inner, y += inner) {
+        const float *g = gate_up, *u = gate_up + inner;
+        int64_t i = 0;
+#if TD_AVX2
+        const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+        for (; i + 8 <= inner; i += 8) {
+            __m256 gv = _mm256_loadu_ps(g + i);
+            __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, gv))));
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(gv, sig), _mm256_loadu_ps(u + i)));
+        }
+#endif
+        for (; i < inner; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+/* qkv: rows of [heads + 2 * kv_heads, head_dim] (q, then k, then v). Rotates q and k in
+ * place by each row's position (cos, sin_signed: [positions, head_dim] tables) and copies
+ * k and v to the row's slot of k_cache / v_cache ([slots, kv_heads, head_dim]). */
+int ti_rope_kv(float *qkv, int64_t rows, int64_t heads, int64_t kv_heads, int64_t head_dim,
+               const float *cos, const float *sin_signed, const int64_t *positions,
+               float *k_cache, float *v_cache, const int64_t *slots) {
+    if (head_dim > MAX_HEAD_DIM || head_dim % 2) return -2;
+    const int64_t half = head_dim / 2, width = (heads + 2 * kv_heads) * head_dim;
+    const int64_t kv_width = kv_heads * head_dim;
+    float tmp[MAX_HEAD_DIM];
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = qkv + r * width;
+        const float *c = cos + positions[r] * head_dim, *s = sin_signed + positions[r] * head_dim;
+        for (int64_t h = 0; h < heads + kv_heads; h++) {
+            float *v = row + h * head_dim;
+            memcpy(tmp, v, (size_t)head_dim * sizeof(float));
+            /* out[i] = v[i] * cos[i] + v[(i + half) % D] * sin_signed[i] (torch.roll) */
+            for (int64_t i = 0; i < half; i++) v[i] = tmp[i] * c[i] + tmp[i + half] * s[i];
+            for (int64_t i = half; i < head_dim; i++) v[i] = tmp[i] * c[i] + tmp[i - half] * s[i];
+        }
+        memcpy(k_cache + slots[r] * kv_width, row + heads * head_dim, (size_t)kv_width * sizeof(float));
+        memcpy(v_cache + slots[r] * kv_width, row + (heads + kv_heads) * head_dim,
+               (size_t)kv_width * sizeof(float));
+    }
+    return 0;
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+/* For each sequence b: one query q[b] (heads x head_dim, q_stride floats between
+ * sequences) over keys and values at positions 0..lens[b]-1 of the paged cache
+ * (k_cache, v_cache: [blocks * block_size, kv_heads, head_dim]; position p sits in slot
+ * tables[b, p / block_size] * block_size + p % block_size). out: [batch, heads, head_dim].
+ * Softmax in float with the maximum subtracted, as SDPA does. */
+int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, int64_t heads,
+                              int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                              const float *v_cache, const int64_t *tables, int64_t max_blocks,
+                              int64_t block_size, const int64_t *lens, float scale, float *out) {
+    if (heads % kv_heads) return -2;
+    const int64_t group = heads / kv_heads, kv_width = kv_heads * head_dim;
+    int64_t longest = 0;
+    for (int64_t b = 0; b < batch; b++) longest = lens[b] > longest ? lens[b] : longest;
+    float *scores = (float *)malloc((size_t)(group * (longest > 0 ? longest : 1)) * sizeof(float));
+    if (!scores) return -1;
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t len = lens[b], *table = tables + b * max_blocks;
+        for (int64_t g = 0; g < kv_heads; g++) {
+            const float *qg = q + b * q_stride + g * group * head_dim;
+            float *og = out + (b * heads + g * group) * head_dim;
+            /* scores[j, p] = scale * q_j . k_p; each key row loaded once for the group */
+            for (int64_t p = 0; p < len; p++) {
+                const float *key = k_cache + (table[p / block_size] * block_size + p % block_size)
+                                             * kv_width + g * head_dim;
+                for (int64_t j = 0; j < group; j++)
+                    scores[j * len + p] = scale * dot(qg + j * head_dim, key, head_dim);
+            }
+            for (int64_t j = 0; j < group; j++) {
+                float *s = scores + j * len, m = -INFINITY, sum = 0.0f;
+                for (int64_t p = 0; p < len; p++) m = s[p] > m ? s[p] : m;
+                int64_t p = 0;
+#if TD_AVX2
+                __m256 vs = _mm256_setzero_ps();
+                const __m256 vm = _mm256_set1_ps(m);
+                for (; p + 8 <= len; p += 8) {
+                    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + p), vm));
+                    _mm256_storeu_ps(s + p, e);
+                    vs = _mm256_add_ps(vs, e);
+                }
+                sum = hsum8(vs);
+#endif
+                for (; p < len; p++) {
+                    s[p] = expf(s[p] - m);
+                    sum += s[p];
+                }
+                float inv = 1.0f / sum;
+                for (p = 0; p < len; p++) s[p] *= inv;
+                memset(og + j * head_dim, 0, (size_t)head_dim * sizeof(float));
+            }
+            for (int64_t p = 0; p < len; p++) {
+                const float *value = v_cache + (table[p / block_size] * block_size + p % block_size)
+                                               * kv_width + g * head_dim;
+                for (int64_t j = 0; j < group; j++)
+                    axpy(scores[j * len + p], value, og + j * head_dim, head_dim);
+            }
+        }
+    }
+    free(scores);
+    return 0;
+}
+
+/* ---- a whole batch-1 decode step ------------------------------------------------- */
+
+enum { TI_FP32 = 0, TI_INT8 = 1, TI_INT4 = 2 };
+
+/* One linear layer on a native kernel (kernel_candidates.py's Native*Kernel). */
+typedef struct {
+    int64_t kind, n, k, kp;
+    const void *w;
+    const float *scales;     /* int8 only */
+    const float *bias;       /* may be NULL */
+} ti_linear;
+
+typedef struct {
+    const float *norm1, *norm2;
+    ti_linear qkv, o, gate_up, down;
+    float *k_cache, *v_cache;   /* this layer's cache: [blocks * block_size, kv_heads, D] */
+} ti_layer;
+
+static int run_linear(const ti_linear *l, const float *x, float *y) {
+    switch (l->kind) {
+    case TI_FP32: return ti_f32_linear(x, 1, l->k, (const float *)l->w, l->bias, l->n, l->kp, y);
+    case TI_INT8: return ti_int8_linear(x, 1, l->k, (const int8_t *)l->w, l->scales, l->bias,
+                                        l->n, l->kp, y);
+    case TI_INT4: return ti_int4_linear(x, 1, l->k, (const uint8_t *)l->w, l->bias, l->n, y);
+    default: return -2;
+    }
+}
+
+/* x (hidden floats): the token's embedding in, the final norm's output out. The token
+ * sits at `position`; table holds the sequence's blocks (every block up to position). */
+int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, int64_t heads,
+                   int64_t kv_heads, int64_t head_dim, int64_t inner, float eps, float scale,
+                   const float *final_norm, const float *cos, const float *sin_signed,
+                   const int64_t *table, int64_t block_size, int64_t position, float *x) {
+    const int64_t width = (heads + 2 * kv_heads) * head_dim, q_size = heads * head_dim;
+    const int64_t slot = table[position / block_size] * block_size + position % block_size;
+    const int64_t len = position + 1, max_blocks = position / block_size + 1;
+    /* h | qkv | attn | delta | gate_up | act */
+    float *buf = (float *)malloc((size_t)(2 * hidden + width + q_size + 3 * inner) * sizeof(float));
+    if (!buf) return -1;
+    float *h = buf, *qkv = h + hidden, *attn = qkv + width, *delta = attn + q_size;
+    float *gate_up = delta + hidden, *act = gate_up + 2 * inner;
+    int rc = 0;
+    for (int64_t i = 0; i < num_layers && rc == 0; i++) {
+        const ti_layer *l = layers + i;
+        ti_rms_norm(x, 1, hidden, l->norm1, eps, h);
+        if ((rc = run_linear(&l->qkv, h, qkv))) break;
+        if ((rc = ti_rope_kv(qkv, 1, heads, kv_heads, head_dim, cos, sin_signed, &position,
+                             l->k_cache, l->v_cache, &slot))) break;
+        if ((rc = ti_paged_decode_attention(qkv, 1, width, heads, kv_heads, head_dim, l->k_cache,
+                                            l->v_cache, table, max_blocks, block_size, &len,
+                                            scale, attn))) break;
+        if ((rc = run_linear(&l->o, attn, delta))) break;
+        add_into(x, delta, hidden);
+        ti_rms_norm(x, 1, hidden, l->norm2, eps, h);
+        if ((rc = run_linear(&l->gate_up, h, gate_up))) break;
+        ti_silu_mul(gate_up, 1, inner, act);
+        if ((rc = run_linear(&l->down, act, delta))) break;
+        add_into(x, delta, hidden);
+    }
+    if (rc == 0) ti_rms_norm(x, 1, hidden, final_norm, eps, x);
+    free(buf);
+    return rc;
+}
