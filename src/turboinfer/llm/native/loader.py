@@ -50,11 +50,9 @@ class NativeLibrary:
         self.f32_linear = self._fn("ti_f32_linear",
                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
         # decode.c. (x, rows, n, w, eps, y)
-        self.rms_norm = self._fn("ti_rms_norm", [_ptr, _i64, _i64, _ptr, _f32, _ptr])
-        self.rms_norm.restype = None
+        self.rms_norm = self._fn("ti_rms_norm", [_ptr, _i64, _i64, _ptr, _f32, _ptr], None)
         # (gate_up, rows, inner, y)
-        self.silu_mul = self._fn("ti_silu_mul", [_ptr, _i64, _i64, _ptr])
-        self.silu_mul.restype = None
+        self.silu_mul = self._fn("ti_silu_mul", [_ptr, _i64, _i64, _ptr], None)
         # (qkv, rows, heads, kv_heads, head_dim, cos, sin_signed, positions, k_cache,
         #  v_cache, slots)
         self.rope_kv = self._fn("ti_rope_kv", [_ptr, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr,
@@ -71,9 +69,10 @@ class NativeLibrary:
             [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _i64,
              _i64, _ptr])
 
-    def _fn(self, name: str, argtypes: list[type]) -> Callable[..., int]:
+    def _fn(self, name: str, argtypes: list[type],
+            restype: type | None = ctypes.c_int) -> Callable[..., int]:
         fn = getattr(self._cdll, name)
-        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        fn.argtypes, fn.restype = argtypes, restype
         return fn
 
     @property
