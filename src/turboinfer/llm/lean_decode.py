@@ -10,12 +10,19 @@ that path's inputs too (a view of the cache where the sequence's blocks are cons
 else the gathered blocks and an additive mask), since a mask cut short rounds
 differently, and through int4's bf16 activations that moved logits by 0.06.
 
+``NativeDecoder`` goes further where every layer's one-row kernels are the native ones
+(``llm/native``): the whole step, every layer and the final norm, is one C call
+(``ti_decode_step`` in ``decode.c``), and only the LM head runs from Python. Its
+attention and norms round differently from torch's, so its logits are close to the
+general path's, not equal.
+
 ``SingleSequenceDecoder`` runs the speculative draft's greedy steps the same lean way,
 over keys and values gathered once per proposal into contiguous buffers.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +32,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from turboinfer.llm.attention import KVCache
+from turboinfer.llm.kernel_candidates import (
+    NativeF32Kernel,
+    NativeInt4Kernel,
+    NativeInt8Kernel,
+)
 from turboinfer.llm.model import MLP, Attention, DecoderLayer, LlamaModel
+from turboinfer.llm.native import NativeLibrary, native_status
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
@@ -145,6 +158,123 @@ class LeanDecoder:
             x = x + plan.down[0](F.silu(gate_up.narrow(1, 0, inner))
                                  * gate_up.narrow(1, inner, inner))
         return self.lm_head(F.rms_norm(x, (hidden,), *self.final_norm)).float()
+
+
+class _Linear(ctypes.Structure):
+    """decode.c's ``ti_linear``."""
+
+    _fields_ = [("kind", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("kp", ctypes.c_int64), ("w", ctypes.c_void_p), ("scales", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p)]
+
+
+class _Layer(ctypes.Structure):
+    """decode.c's ``ti_layer``."""
+
+    _fields_ = [("norm1", ctypes.c_void_p), ("norm2", ctypes.c_void_p), ("qkv", _Linear),
+                ("o", _Linear), ("gate_up", _Linear), ("down", _Linear),
+                ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p)]
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _native_linear(kernel: object) -> _Linear | None:
+    """``kernel`` as decode.c's ``ti_linear``; None when it is not a native kernel. The
+    padded width comes from the tiles: 4-row tiles of the padded input width."""
+    if type(kernel) is NativeInt8Kernel:
+        n, k = kernel.out_features, kernel.in_features
+        kp = kernel.tiles.numel() // (-(-n // 4) * 4)
+        return _Linear(1, n, k, kp, kernel.tiles.data_ptr(), kernel.scales.data_ptr(),
+                       _ptr(kernel.bias))
+    if type(kernel) is NativeInt4Kernel:
+        return _Linear(2, kernel.out_features, kernel.in_features, kernel.in_features,
+                       kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
+    if type(kernel) is NativeF32Kernel:
+        n, k = kernel.out_features, kernel.in_features
+        kp = kernel.tiles.numel() // (-(-n // 4) * 4)
+        return _Linear(0, n, k, kp, kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
+    return None
+
+
+def _native_tier(which: tuple[Linear, nn.Module]) -> _Linear | None:
+    """The layer's one-row kernel if native, else its native kernel for more rows (the
+    native layouts serve any row count): fp32's 4096x768 product measured 0.62 ms on
+    MKL against 0.72 native at one row, a loss of about 1.2 ms a token over 12 layers
+    against the 3-4 ms of per-operation work the one-call step saves
+    (benchmarks/llm/lean_decode.py)."""
+    one, module = which
+    tiers = [one, getattr(module, "large", None), getattr(module, "prefill", None)]
+    return next((lin for lin in map(_native_linear, tiers) if lin is not None), None)
+
+
+class NativeDecoder:
+    """Decode steps of one sequence, one token each, as one call into ``decode.c``.
+
+    Built only where it can run (``build``): the native library compiled, the model and
+    its cache in float32, dense layers, and every layer's one-row kernels native. The
+    structures hold the kernels' and cache's addresses, so the decoder keeps the model
+    and the cache alive and must be rebuilt if either is replaced.
+    """
+
+    def __init__(self, model: LlamaModel, kv_cache: KVCache, lib: NativeLibrary,
+                 layers: list[_Layer]) -> None:
+        self.model, self.kv_cache, self.lib = model, kv_cache, lib
+        self.block_size = kv_cache.block_size
+        self.layers = (_Layer * len(layers))(*layers)
+        config = model.config
+        first: Attention = model.layers[0].self_attn  # type: ignore[assignment]
+        self.dims = (len(layers), config.hidden_size, first.num_heads, first.num_kv_heads,
+                     first.head_dim, config.intermediate_size)
+        self.eps, self.scale = float(model.norm.eps), float(first.scale)
+        self.final_norm = model.norm.weight.detach()
+        self.cos, self.sin = model.rope.cos, model.rope.sin_signed
+        self.embed = model.embed_tokens.weight.detach()
+        self.lm_head = one_row(model.lm_head)
+
+    @classmethod
+    def build(cls, model: LlamaModel, kv_cache: KVCache) -> NativeDecoder | None:
+        lib = native_status().library
+        if (lib is None or not supports_lean(model)
+                or model.embed_tokens.weight.dtype != torch.float32
+                or kv_cache.k.dtype != torch.float32
+                or any(not t.is_contiguous() for t in (kv_cache.k, kv_cache.v, model.rope.cos,
+                                                      model.rope.sin_signed))):
+            return None
+        eps = {float(model.norm.eps)}
+        layers = []
+        for i, module in enumerate(model.layers):
+            layer: DecoderLayer = module  # type: ignore[assignment]
+            plan = LayerPlan.of(layer)
+            eps.add(plan.eps)
+            linears = [_native_tier(which) for which in
+                       (plan.qkv, plan.o, plan.gate_up, plan.down)]
+            if any(lin is None for lin in linears):
+                return None
+            layers.append(_Layer(plan.norm1.data_ptr(), plan.norm2.data_ptr(), *linears,
+                                 kv_cache.k[i].data_ptr(), kv_cache.v[i].data_ptr()))
+        if len(eps) != 1:
+            return None         # decode.c takes one epsilon for every norm
+        return cls(model, kv_cache, lib, layers)
+
+    @torch.inference_mode()
+    def step(self, token: int, position: int, block_table: list[int]) -> torch.Tensor:
+        """As ``LeanDecoder.step``: feed ``token`` at ``position``, write its keys and
+        values to the cache, return the next token's ``[1, vocab]`` float logits."""
+        used = position // self.block_size + 1
+        if len(block_table) < used:     # the C step would read past the table
+            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
+                             f"position {position}")
+        x = self.embed[token].clone()
+        table = torch.tensor(block_table[:used], dtype=torch.long)
+        rc = self.lib.decode_step(ctypes.addressof(self.layers), *self.dims, self.eps,
+                                  self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
+                                  self.sin.data_ptr(), table.data_ptr(), self.block_size,
+                                  position, x.data_ptr())
+        if rc:
+            raise MemoryError("native decode step: no memory for its buffers")
+        return self.lm_head(x.view(1, -1)).float()
 
 
 class SingleSequenceDecoder:

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 import torch
 
 from turboinfer.llm.attention import AttentionBatch, KVCache
-from turboinfer.llm.lean_decode import LeanDecoder, supports_lean
+from turboinfer.llm.batch_decode import BatchDecoder, supports_batch_decode
+from turboinfer.llm.lean_decode import LeanDecoder, NativeDecoder, supports_lean
 from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.native import native_status
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class StepItem:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, lean_decode: bool = True,
-                 ) -> None:
+                 native_decode: bool = True) -> None:
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
@@ -32,7 +34,14 @@ class ModelRunner:
         # A step that decodes one token of one sequence goes through the lean decoder
         # (llm/lean_decode.py): same logits and cache writes, a fraction of the overhead.
         self.lean_decode = lean_decode
-        self._lean: LeanDecoder | None = None
+        # Where every layer's one-row kernels are native, that step is one C call
+        # (NativeDecoder): close to the general path's logits, not bit for bit.
+        self.native_decode = native_decode
+        self._lean: LeanDecoder | NativeDecoder | None = None
+        # A step that decodes one token of each of several sequences runs its small ops
+        # on decode.c's native ones (llm/batch_decode.py): logits close to this path's.
+        self.batch_decode = True
+        self._batch: BatchDecoder | None = None
 
     @torch.inference_mode()
     def run(self, items: Seq[StepItem]) -> torch.Tensor:
@@ -43,6 +52,13 @@ class ModelRunner:
             it = items[0]
             self.num_forwards += 1
             return self._lean.step(it.token_ids[0], it.start, it.block_table)
+        if (self.batch_decode and len(items) > 1
+                and all(len(it.token_ids) == 1 and it.num_logits == 1 for it in items)
+                and self._batch_decoder() is not None):
+            assert self._batch is not None
+            self.num_forwards += 1
+            return self._batch.step([it.token_ids[0] for it in items],
+                                    [it.start for it in items], [it.block_table for it in items])
         lens = [len(it.token_ids) for it in items]
         batch = AttentionBatch.build(
             starts=[it.start for it in items], query_lens=lens,
@@ -62,12 +78,28 @@ class ModelRunner:
             return hidden.new_zeros(0, self.model.config.vocab_size)
         return self.model.logits(hidden[torch.tensor(index, dtype=torch.long)])
 
-    def _lean_decoder(self) -> LeanDecoder | None:
+    def _lean_decoder(self) -> LeanDecoder | NativeDecoder | None:
         """Built on first use: the layers' kernels are chosen, and a parallel group
-        joined, by then."""
+        joined, by then. Rebuilt when ``native_decode`` is switched."""
+        if self._lean is not None and self.native_decode != isinstance(self._lean,
+                                                                      NativeDecoder):
+            self._lean = None
         if self._lean is None:
             if not supports_lean(self.model):
                 self.lean_decode = False
                 return None
-            self._lean = LeanDecoder(self.model, self.kv_cache)
+            native = NativeDecoder.build(self.model, self.kv_cache) if self.native_decode else None
+            self.native_decode = native is not None
+            self._lean = native or LeanDecoder(self.model, self.kv_cache)
         return self._lean
+
+    def _batch_decoder(self) -> BatchDecoder | None:
+        """Built on first use (the kernels are chosen by then); where the library is
+        absent or the model is not dense float32, the switch goes off for good."""
+        if self._batch is None:
+            library = native_status().library
+            if library is None or not supports_batch_decode(self.model, self.kv_cache):
+                self.batch_decode = False
+                return None
+            self._batch = BatchDecoder(self.model, self.kv_cache, library)
+        return self._batch

@@ -1,0 +1,100 @@
+"""The one-call batch-1 decode step (``NativeDecoder``, decode.c) against the lean step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from turboinfer.llm import kernel_candidates
+from turboinfer.llm.config import QuantMode
+from turboinfer.llm.kernels import select_kernels
+from turboinfer.llm.lean_decode import LeanDecoder, NativeDecoder
+from turboinfer.llm.loader import load_model
+from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.native import native_status
+from turboinfer.llm.runner import ModelRunner, StepItem
+
+
+@pytest.fixture()
+def native_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the native kernels are offered, so the measurement has to pick them."""
+    if native_status().library is None:
+        pytest.skip(f"native kernels absent: {native_status().reason}")
+    monkeypatch.setattr(kernel_candidates, "_torch_candidates", lambda mode, group: [])
+
+
+def _native_model(folder: Path, mode: QuantMode) -> LlamaModel:
+    model = load_model(folder)
+    select_kernels(model, mode, measure=True)
+    return model
+
+
+def _decode(runner: ModelRunner, prompt: list[int], table: list[int], steps: int,
+            ) -> tuple[list[int], list[torch.Tensor]]:
+    feed, start, ids, logits = prompt, 0, [], []
+    for _ in range(steps):
+        out = runner.run([StepItem(feed, start, table, 1)])
+        start += len(feed)
+        feed = [int(out[0].argmax())]
+        ids.append(feed[0])
+        logits.append(out[0])
+    return ids, logits
+
+
+@pytest.mark.parametrize("mode", [QuantMode.NONE, QuantMode.INT8, QuantMode.INT4])
+@pytest.mark.parametrize("table", [[0, 1, 2, 3, 4, 5, 6, 7], [3, 0, 5, 1, 4, 2, 7, 6]],
+                         ids=["consecutive", "scattered"])
+def test_native_step_matches_the_lean_step(tiny_llama_dir: Path, native_only: None,
+                                           mode: QuantMode, table: list[int]) -> None:
+    """Same greedy ids, logits and cache contents up to float rounding (C attention,
+    norms and activation round differently from torch's)."""
+    model = _native_model(tiny_llama_dir, mode)
+    block_size = 4
+    native = ModelRunner(model, model.allocate_kv_cache(8, block_size))
+    lean = ModelRunner(model, model.allocate_kv_cache(8, block_size), native_decode=False)
+    prompt = [(7 * j + 3) % 128 for j in range(9)]
+    native_ids, native_logits = _decode(native, prompt, table, 14)
+    lean_ids, lean_logits = _decode(lean, prompt, table, 14)
+    assert isinstance(native._lean, NativeDecoder) and isinstance(lean._lean, LeanDecoder)
+    assert native_ids == lean_ids
+    for a, b in zip(native_logits, lean_logits, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(native.kv_cache.k, lean.kv_cache.k, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(native.kv_cache.v, lean.kv_cache.v, rtol=1e-4, atol=1e-4)
+
+
+def test_native_step_needs_native_kernels_in_every_layer(tiny_model: LlamaModel) -> None:
+    """The loaded model's plain ``nn.Linear`` layers: no native step, the lean one runs."""
+    cache = tiny_model.allocate_kv_cache(4, 4)
+    assert NativeDecoder.build(tiny_model, cache) is None
+    runner = ModelRunner(tiny_model, cache)
+    runner.run([StepItem([5, 6, 7], 0, [0, 1], 1)])
+    runner.run([StepItem([8], 3, [0, 1], 1)])
+    assert isinstance(runner._lean, LeanDecoder) and not runner.native_decode
+
+
+def test_without_the_library_the_lean_step_runs(tiny_llama_dir: Path, native_only: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _native_model(tiny_llama_dir, QuantMode.INT8)
+    monkeypatch.setenv("TURBOINFER_NATIVE_KERNELS", "0")
+    cache = model.allocate_kv_cache(4, 4)
+    assert NativeDecoder.build(model, cache) is None
+    runner = ModelRunner(model, cache)
+    ids, _ = _decode(runner, [5, 6, 7], [0, 1, 2, 3], 4)
+    assert len(ids) == 4 and isinstance(runner._lean, LeanDecoder)
+
+
+def test_switching_the_native_step_off_and_on(tiny_llama_dir: Path, native_only: None) -> None:
+    model = _native_model(tiny_llama_dir, QuantMode.INT4)
+    runner = ModelRunner(model, model.allocate_kv_cache(4, 4))
+    runner.run([StepItem([5, 6, 7], 0, [0, 1], 1)])
+    runner.run([StepItem([8], 3, [0, 1], 1)])
+    assert isinstance(runner._lean, NativeDecoder)
+    runner.native_decode = False
+    runner.run([StepItem([9], 4, [0, 1], 1)])
+    assert isinstance(runner._lean, LeanDecoder)
+    runner.native_decode = True
+    runner.run([StepItem([10], 5, [0, 1], 1)])
+    assert isinstance(runner._lean, NativeDecoder)
