@@ -98,3 +98,35 @@ def test_switching_the_native_step_off_and_on(tiny_llama_dir: Path, native_only:
     runner.native_decode = True
     runner.run([StepItem([10], 5, [0, 1], 1)])
     assert isinstance(runner._lean, NativeDecoder)
+
+
+@pytest.mark.parametrize("mode", [QuantMode.NONE, QuantMode.INT8])
+def test_native_step_of_several_tokens_matches_the_packed_path(
+        tiny_llama_dir: Path, native_only: None, mode: QuantMode) -> None:
+    """A speculative verification: several new tokens after a cached prefix, logits for
+    each (and for none: a draft's catch-up); row i sees the cache and rows up to i."""
+    model = _native_model(tiny_llama_dir, mode)
+    table = [2, 0, 3, 1, 5, 4]
+    native = ModelRunner(model, model.allocate_kv_cache(6, 4))
+    packed = ModelRunner(model, model.allocate_kv_cache(6, 4), lean_decode=False)
+    prompt, more = [(5 * j + 1) % 128 for j in range(7)], [9, 40, 77, 3, 12]
+    outs = []
+    for runner in (native, packed):
+        runner.run([StepItem(prompt, 0, table, 1)])
+        got = runner.run([StepItem(more, len(prompt), table, len(more))])
+        none = runner.run([StepItem([8, 8], len(prompt) + len(more), table, 0)])
+        outs.append(got)
+        assert got.shape == (len(more), model.config.vocab_size)
+        assert none.shape == (0, model.config.vocab_size)
+    assert native.num_forwards == packed.num_forwards == 3
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(native.kv_cache.k, packed.kv_cache.k, rtol=1e-4, atol=1e-4)
+
+
+def test_a_table_too_short_for_the_tokens_is_refused(tiny_llama_dir: Path,
+                                                     native_only: None) -> None:
+    model = _native_model(tiny_llama_dir, QuantMode.INT8)
+    decoder = NativeDecoder.build(model, model.allocate_kv_cache(4, 4))
+    assert decoder is not None
+    with pytest.raises(ValueError, match="no block for position 4"):
+        decoder.forward([1, 2, 3, 4, 5], 0, [0], 1)

@@ -262,19 +262,31 @@ class NativeDecoder:
     def step(self, token: int, position: int, block_table: list[int]) -> torch.Tensor:
         """As ``LeanDecoder.step``: feed ``token`` at ``position``, write its keys and
         values to the cache, return the next token's ``[1, vocab]`` float logits."""
-        used = position // self.block_size + 1
+        return self.forward([token], position, block_table, 1)
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int], start: int, block_table: list[int],
+                num_logits: int) -> torch.Tensor:
+        """Feed ``tokens`` at positions ``start...`` (everything before them cached; a few
+        rows: the attention is one query row at a time); returns the last
+        ``num_logits`` rows' ``[num_logits, vocab]`` float logits."""
+        rows = len(tokens)
+        used = (start + rows - 1) // self.block_size + 1
         if len(block_table) < used:     # the C step would read past the table
             raise ValueError(f"block table of {len(block_table)} blocks has no block for "
-                             f"position {position}")
-        x = self.embed[token].clone()
+                             f"position {start + rows - 1}")
+        x = (self.embed[tokens[0]].clone() if rows == 1
+             else self.embed.index_select(0, torch.tensor(tokens, dtype=torch.long)))
         table = torch.tensor(block_table[:used], dtype=torch.long)
         rc = self.lib.decode_step(ctypes.addressof(self.layers), *self.dims, self.eps,
                                   self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
                                   self.sin.data_ptr(), table.data_ptr(), self.block_size,
-                                  position, x.data_ptr())
+                                  start, rows, x.data_ptr())
         if rc:
             raise MemoryError("native decode step: no memory for its buffers")
-        return self.lm_head(x.view(1, -1)).float()
+        if num_logits == 0:
+            return x.new_zeros(0, self.model.config.vocab_size)
+        return self.lm_head(x.view(rows, -1)[rows - num_logits:]).float()
 
 
 class SingleSequenceDecoder:

@@ -24,6 +24,12 @@ class StepItem:
     num_logits: int
 
 
+# A lone sequence's step of at most this many new tokens (a decode step, a speculative
+# verification) goes through the native one-call step; longer ones (prompts) take the
+# packed path, whose prompt-chunk kernels and causal SDPA are faster there.
+NATIVE_ROWS = 16
+
+
 class ModelRunner:
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, lean_decode: bool = True,
                  native_decode: bool = True) -> None:
@@ -46,12 +52,14 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, items: Seq[StepItem]) -> torch.Tensor:
         """One forward over all items; returns ``[sum(num_logits), vocab]`` float logits."""
-        if (self.lean_decode and len(items) == 1 and len(items[0].token_ids) == 1
-                and items[0].num_logits == 1 and self._lean_decoder() is not None):
-            assert self._lean is not None
-            it = items[0]
-            self.num_forwards += 1
-            return self._lean.step(it.token_ids[0], it.start, it.block_table)
+        if self.lean_decode and len(items) == 1 and self._lean_decoder() is not None:
+            it, lean = items[0], self._lean
+            if isinstance(lean, NativeDecoder) and len(it.token_ids) <= NATIVE_ROWS:
+                self.num_forwards += 1
+                return lean.forward(it.token_ids, it.start, it.block_table, it.num_logits)
+            if isinstance(lean, LeanDecoder) and len(it.token_ids) == 1 and it.num_logits == 1:
+                self.num_forwards += 1
+                return lean.step(it.token_ids[0], it.start, it.block_table)
         if (self.batch_decode and len(items) > 1
                 and all(len(it.token_ids) == 1 and it.num_logits == 1 for it in items)
                 and self._batch_decoder() is not None):

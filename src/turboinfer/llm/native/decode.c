@@ -11,8 +11,9 @@
  *   - ti_paged_decode_attention: one query per sequence over its cached keys and values,
  *     found through its block table; grouped heads share each key and value load.
  *   - ti_silu_mul: silu(gate) * up over fused gate|up rows.
- *   - ti_decode_step: one token of one sequence through every layer, the linear layers on
- *     kernels.c's native kernels; the caller applies the LM head to the normed output.
+ *   - ti_decode_step: a few new tokens of one sequence through every layer, the linear
+ *     layers on kernels.c's native kernels; the caller applies the LM head to the normed
+ *     output.
  * Compiled into one library with kernels.c (loader.py).
  */
 #include <math.h>
@@ -226,7 +227,7 @@ int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, i
     return 0;
 }
 
-/* ---- a whole batch-1 decode step ------------------------------------------------- */
+/* ---- a whole step of one sequence ----------------------------------------------- */
 
 enum { TI_FP32 = 0, TI_INT8 = 1, TI_INT4 = 2 };
 
@@ -244,49 +245,68 @@ typedef struct {
     float *k_cache, *v_cache;   /* this layer's cache: [blocks * block_size, kv_heads, D] */
 } ti_layer;
 
-static int run_linear(const ti_linear *l, const float *x, float *y) {
+static int run_linear(const ti_linear *l, const float *x, int64_t rows, float *y) {
     switch (l->kind) {
-    case TI_FP32: return ti_f32_linear(x, 1, l->k, (const float *)l->w, l->bias, l->n, l->kp, y);
-    case TI_INT8: return ti_int8_linear(x, 1, l->k, (const int8_t *)l->w, l->scales, l->bias,
+    case TI_FP32: return ti_f32_linear(x, rows, l->k, (const float *)l->w, l->bias, l->n, l->kp, y);
+    case TI_INT8: return ti_int8_linear(x, rows, l->k, (const int8_t *)l->w, l->scales, l->bias,
                                         l->n, l->kp, y);
-    case TI_INT4: return ti_int4_linear(x, 1, l->k, (const uint8_t *)l->w, l->bias, l->n, y);
+    case TI_INT4: return ti_int4_linear(x, rows, l->k, (const uint8_t *)l->w, l->bias, l->n, y);
     default: return -2;
     }
 }
 
-/* x (hidden floats): the token's embedding in, the final norm's output out. The token
- * sits at `position`; table holds the sequence's blocks (every block up to position). */
+/* `rows` new tokens of one sequence at positions start.., everything before them cached:
+ * a decode step (one row), a speculative verification or a draft's catch-up (a few).
+ * x ([rows, hidden]): the tokens' embeddings in, the final norm's output out. table
+ * holds the sequence's blocks, every block up to position start + rows - 1. Row i
+ * attends to positions 0..start + i. */
 int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, int64_t heads,
                    int64_t kv_heads, int64_t head_dim, int64_t inner, float eps, float scale,
                    const float *final_norm, const float *cos, const float *sin_signed,
-                   const int64_t *table, int64_t block_size, int64_t position, float *x) {
+                   const int64_t *table, int64_t block_size, int64_t start, int64_t rows,
+                   float *x) {
     const int64_t width = (heads + 2 * kv_heads) * head_dim, q_size = heads * head_dim;
-    const int64_t slot = table[position / block_size] * block_size + position % block_size;
-    const int64_t len = position + 1, max_blocks = position / block_size + 1;
-    /* h | qkv | attn | delta | gate_up | act */
-    float *buf = (float *)malloc((size_t)(2 * hidden + width + q_size + 3 * inner) * sizeof(float));
-    if (!buf) return -1;
-    float *h = buf, *qkv = h + hidden, *attn = qkv + width, *delta = attn + q_size;
-    float *gate_up = delta + hidden, *act = gate_up + 2 * inner;
+    const int64_t max_blocks = (start + rows - 1) / block_size + 1;
+    /* positions | slots, then h | qkv | attn | delta | gate_up | act, all per row */
+    int64_t *positions = (int64_t *)malloc((size_t)(2 * rows) * sizeof(int64_t));
+    float *buf = (float *)malloc((size_t)(rows * (2 * hidden + width + q_size + 3 * inner))
+                                 * sizeof(float));
+    if (!positions || !buf) {
+        free(positions);
+        free(buf);
+        return -1;
+    }
+    int64_t *slots = positions + rows;
+    for (int64_t i = 0; i < rows; i++) {
+        positions[i] = start + i;
+        slots[i] = table[positions[i] / block_size] * block_size + positions[i] % block_size;
+    }
+    float *h = buf, *qkv = h + rows * hidden, *attn = qkv + rows * width;
+    float *delta = attn + rows * q_size, *gate_up = delta + rows * hidden;
+    float *act = gate_up + rows * 2 * inner;
     int rc = 0;
     for (int64_t i = 0; i < num_layers && rc == 0; i++) {
         const ti_layer *l = layers + i;
-        ti_rms_norm(x, 1, hidden, l->norm1, eps, h);
-        if ((rc = run_linear(&l->qkv, h, qkv))) break;
-        if ((rc = ti_rope_kv(qkv, 1, heads, kv_heads, head_dim, cos, sin_signed, &position,
-                             l->k_cache, l->v_cache, &slot))) break;
-        if ((rc = ti_paged_decode_attention(qkv, 1, width, heads, kv_heads, head_dim, l->k_cache,
-                                            l->v_cache, table, max_blocks, block_size, &len,
-                                            scale, attn))) break;
-        if ((rc = run_linear(&l->o, attn, delta))) break;
-        add_into(x, delta, hidden);
-        ti_rms_norm(x, 1, hidden, l->norm2, eps, h);
-        if ((rc = run_linear(&l->gate_up, h, gate_up))) break;
-        ti_silu_mul(gate_up, 1, inner, act);
-        if ((rc = run_linear(&l->down, act, delta))) break;
-        add_into(x, delta, hidden);
+        ti_rms_norm(x, rows, hidden, l->norm1, eps, h);
+        if ((rc = run_linear(&l->qkv, h, rows, qkv))) break;
+        if ((rc = ti_rope_kv(qkv, rows, heads, kv_heads, head_dim, cos, sin_signed, positions,
+                             l->k_cache, l->v_cache, slots))) break;
+        for (int64_t r = 0; r < rows && rc == 0; r++) {
+            const int64_t len = start + r + 1;
+            rc = ti_paged_decode_attention(qkv + r * width, 1, width, heads, kv_heads, head_dim,
+                                           l->k_cache, l->v_cache, table, max_blocks, block_size,
+                                           &len, scale, attn + r * q_size);
+        }
+        if (rc || (rc = run_linear(&l->o, attn, rows, delta))) break;
+        add_into(x, delta, rows * hidden);
+        ti_rms_norm(x, rows, hidden, l->norm2, eps, h);
+        if ((rc = run_linear(&l->gate_up, h, rows, gate_up))) break;
+        ti_silu_mul(gate_up, rows, inner, act);
+        if ((rc = run_linear(&l->down, act, rows, delta))) break;
+        add_into(x, delta, rows * hidden);
     }
-    if (rc == 0) ti_rms_norm(x, 1, hidden, final_norm, eps, x);
+    if (rc == 0) ti_rms_norm(x, rows, hidden, final_norm, eps, x);
+    free(positions);
     free(buf);
     return rc;
 }

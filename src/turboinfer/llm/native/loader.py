@@ -63,11 +63,11 @@ class NativeLibrary:
             "ti_paged_decode_attention",
             [_ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _f32, _ptr])
         # (layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps, scale,
-        #  final_norm, cos, sin_signed, table, block_size, position, x)
+        #  final_norm, cos, sin_signed, table, block_size, start, rows, x)
         self.decode_step = self._fn(
             "ti_decode_step",
             [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _i64,
-             _i64, _ptr])
+             _i64, _i64, _ptr])
 
     def _fn(self, name: str, argtypes: list[type],
             restype: type | None = ctypes.c_int) -> Callable[..., int]:
