@@ -86,6 +86,10 @@ class ModelRunner:
             return hidden.new_zeros(0, self.model.config.vocab_size)
         return self.model.logits(hidden[torch.tensor(index, dtype=torch.long)])
 
+    def native_step(self) -> bool:
+        """Whether a lone sequence's steps of up to ``NATIVE_ROWS`` tokens run natively."""
+        return self.lean_decode and isinstance(self._lean_decoder(), NativeDecoder)
+
     def _lean_decoder(self) -> LeanDecoder | NativeDecoder | None:
         """Built on first use: the layers' kernels are chosen, and a parallel group
         joined, by then. Rebuilt when ``native_decode`` is switched."""

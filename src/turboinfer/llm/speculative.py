@@ -177,10 +177,26 @@ class DraftModelProposer:
         """One greedy sequence (single-stream decoding, where speculation pays most): the
         catch-up and the proposal steps go through the lean single-sequence decoder."""
         start = seq.num_draft_computed
-        tokens = self.single.greedy(seq.token_ids[start:], start, seq.block_table, steps)
+        if self.runner.native_step():
+            tokens = self._native_greedy(seq.token_ids[start:], start, seq.block_table, steps)
+        else:
+            tokens = self.single.greedy(seq.token_ids[start:], start, seq.block_table, steps)
         # The catch-up and every proposed token but the last now have draft KV.
         seq.num_draft_computed = seq.num_tokens + len(tokens) - 1
         return tokens
+
+
+    def _native_greedy(self, feed: list[int], start: int, table: list[int],
+                       steps: int) -> list[int]:
+        """``SingleSequenceDecoder.greedy`` through the runner, whose native one-call step
+        takes the draft's steps (and the catch-up, unless it is a whole long prompt)."""
+        out: list[int] = []
+        while len(out) < steps:
+            logits = self.runner.run([StepItem(feed, start, table, 1)])
+            out.append(int(logits[0].argmax()))
+            start += len(feed)
+            feed = out[-1:]
+        return out
 
 
 @dataclass
