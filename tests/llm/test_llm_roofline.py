@@ -43,6 +43,10 @@ def test_roofline_fields_are_consistent(tiny_llm_dir: Path,
     assert {k["rows"] for k in kernels} == {1, 16}
     assert all(k["chosen"] in k["timings_ms"] for k in kernels)
     assert all(k["chosen"].startswith("int8") for k in kernels)
+    # A lone sequence decodes in one native call when every layer has a native kernel.
+    assert report["decode_path"] in {"native", "lean"}
+    if all(k["chosen"] == "int8_native" for k in kernels):
+        assert report["decode_path"] == "native"
 
 
 def test_bytes_per_token_follow_the_weight_format(tiny_llama_dir: Path) -> None:

@@ -181,6 +181,7 @@ def _bench(args: argparse.Namespace) -> int:
                     "thread_choice": (llm.thread_choice.to_dict() if llm.thread_choice
                                       else None),
                     "kernels": [c.to_dict() for c in llm.kernel_choices],
+                    "decode_path": llm.engine.runner.decode_path(),
                     "results": rows, **placed,
                     **({"roofline": roof.to_dict()} if roof else {})})
         return 0
@@ -189,6 +190,7 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"\nthreads: {threads} ({how}); kernels (shape, rows: chosen):")
     for c in llm.kernel_choices:
         print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: {c.chosen}")
+    print(f"batch-1 decode step: {llm.engine.runner.decode_path()}")
     if roof:
         print(f"\nroofline (batch 1): read bandwidth {roof.bandwidth_gb_s:.1f} GB/s "
               f"({roof.threads} threads), {roof.bytes_per_token / 1e6:.1f} MB of weights "

@@ -88,7 +88,14 @@ class ModelRunner:
 
     def native_step(self) -> bool:
         """Whether a lone sequence's steps of up to ``NATIVE_ROWS`` tokens run natively."""
-        return self.lean_decode and isinstance(self._lean_decoder(), NativeDecoder)
+        return self.decode_path() == "native"
+
+    def decode_path(self) -> str:
+        """How a lone sequence's decode step runs: ``native`` (one call into decode.c),
+        ``lean`` (torch operations without the batch machinery) or ``general``."""
+        lean = self._lean_decoder() if self.lean_decode else None
+        return ("native" if isinstance(lean, NativeDecoder)
+                else "lean" if lean is not None else "general")
 
     def _lean_decoder(self) -> LeanDecoder | NativeDecoder | None:
         """Built on first use: the layers' kernels are chosen, and a parallel group
