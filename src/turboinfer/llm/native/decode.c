@@ -166,64 +166,151 @@ int ti_rope_kv(float *qkv, int64_t rows, int64_t heads, int64_t kv_heads, int64_
 
 /* ---- attention ------------------------------------------------------------------- */
 
+#if TD_AVX2
+/* {sum of a's lanes, b's, c's, d's} */
+static inline __m128 hsum4x8(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* scores[j * len] = scale * q_j . key for the group's heads j (q_j: q + j * head_dim). */
+static void group_scores(const float *q, const float *key, int64_t group, int64_t head_dim,
+                         float scale, float *scores, int64_t len) {
+    for (int64_t j0 = 0; j0 < group; j0 += 4) {
+        const int64_t nj = group - j0 < 4 ? group - j0 : 4;
+        const float *qj = q + j0 * head_dim;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t c = 0; c < head_dim; c += 8) {
+            const __m256 k = _mm256_loadu_ps(key + c);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qj + c), k, a0);
+            if (nj > 1) a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qj + head_dim + c), k, a1);
+            if (nj > 2) a2 = _mm256_fmadd_ps(_mm256_loadu_ps(qj + 2 * head_dim + c), k, a2);
+            if (nj > 3) a3 = _mm256_fmadd_ps(_mm256_loadu_ps(qj + 3 * head_dim + c), k, a3);
+        }
+        float s[4];
+        _mm_storeu_ps(s, _mm_mul_ps(hsum4x8(a0, a1, a2, a3), _mm_set1_ps(scale)));
+        for (int64_t j = 0; j < nj; j++) scores[(j0 + j) * len] = s[j];
+    }
+}
+
+/* out[c] += w0 * v0[c] + w1 * v1[c] + w2 * v2[c] + w3 * v3[c], in that order. */
+static inline void axpy4(const float *w, const float *v0, const float *v1, const float *v2,
+                         const float *v3, float *out, int64_t n) {
+    const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(w[1]);
+    const __m256 w2 = _mm256_set1_ps(w[2]), w3 = _mm256_set1_ps(w[3]);
+    for (int64_t c = 0; c < n; c += 8) {
+        __m256 acc = _mm256_loadu_ps(out + c);
+        acc = _mm256_fmadd_ps(w0, _mm256_loadu_ps(v0 + c), acc);
+        acc = _mm256_fmadd_ps(w1, _mm256_loadu_ps(v1 + c), acc);
+        acc = _mm256_fmadd_ps(w2, _mm256_loadu_ps(v2 + c), acc);
+        acc = _mm256_fmadd_ps(w3, _mm256_loadu_ps(v3 + c), acc);
+        _mm256_storeu_ps(out + c, acc);
+    }
+}
+#endif
+
+/* Rows this far ahead are requested before they are read: hardware prefetchers follow
+ * a block's slots but not the jump to the sequence's next block. */
+#define PREFETCH_ROWS 4
+
+static inline void prefetch_row(const float *row, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i, 0, 3);
+}
+
 /* For each sequence b: one query q[b] (heads x head_dim, q_stride floats between
  * sequences) over keys and values at positions 0..lens[b]-1 of the paged cache
  * (k_cache, v_cache: [blocks * block_size, kv_heads, head_dim]; position p sits in slot
  * tables[b, p / block_size] * block_size + p % block_size). out: [batch, heads, head_dim].
- * Softmax in float with the maximum subtracted, as SDPA does. */
+ * Softmax in float with the maximum subtracted, as SDPA does.
+ *
+ * The cache is walked in position order, each slot's whole row (every key-value head)
+ * once for all query heads: a walk per key-value head, reading a kv_heads-th of each
+ * row, ran at a third of the speed once a 16-sequence batch's keys no longer fit in the
+ * cache. With AVX2 and head_dim a multiple of 8, a key chunk is loaded once for up to 4
+ * query heads of its group (their sums reduced together), and the values' weighted sum
+ * takes 4 positions per load and store of the output. */
 int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, int64_t heads,
                               int64_t kv_heads, int64_t head_dim, const float *k_cache,
                               const float *v_cache, const int64_t *tables, int64_t max_blocks,
                               int64_t block_size, const int64_t *lens, float scale, float *out) {
     if (heads % kv_heads) return -2;
     const int64_t group = heads / kv_heads, kv_width = kv_heads * head_dim;
-    int64_t longest = 0;
+    const int vec = TD_AVX2 && head_dim % 8 == 0;
+    int64_t longest = 1;
     for (int64_t b = 0; b < batch; b++) longest = lens[b] > longest ? lens[b] : longest;
-    float *scores = (float *)malloc((size_t)(group * (longest > 0 ? longest : 1)) * sizeof(float));
-    if (!scores) return -1;
+    /* each position's row offset in the cache [longest] | scores [heads, longest] */
+    int64_t *offset = (int64_t *)malloc((size_t)longest * sizeof(int64_t)
+                                        + (size_t)(heads * longest) * sizeof(float));
+    if (!offset) return -1;
+    float *scores = (float *)(offset + longest);
     for (int64_t b = 0; b < batch; b++) {
         const int64_t len = lens[b], *table = tables + b * max_blocks;
-        for (int64_t g = 0; g < kv_heads; g++) {
-            const float *qg = q + b * q_stride + g * group * head_dim;
-            float *og = out + (b * heads + g * group) * head_dim;
-            /* scores[j, p] = scale * q_j . k_p; each key row loaded once for the group */
-            for (int64_t p = 0; p < len; p++) {
-                const float *key = k_cache + (table[p / block_size] * block_size + p % block_size)
-                                             * kv_width + g * head_dim;
-                for (int64_t j = 0; j < group; j++)
-                    scores[j * len + p] = scale * dot(qg + j * head_dim, key, head_dim);
-            }
-            for (int64_t j = 0; j < group; j++) {
-                float *s = scores + j * len, m = -INFINITY, sum = 0.0f;
-                for (int64_t p = 0; p < len; p++) m = s[p] > m ? s[p] : m;
-                int64_t p = 0;
+        const float *qb = q + b * q_stride;
+        float *ob = out + b * heads * head_dim;
+        for (int64_t p = 0; p < len; p++)
+            offset[p] = (table[p / block_size] * block_size + p % block_size) * kv_width;
+        /* scores[h, p] = scale * q_h . k_p (the key of h's group) */
+        for (int64_t p = 0; p < len; p++) {
+            const float *row = k_cache + offset[p];
+            if (p + PREFETCH_ROWS < len) prefetch_row(k_cache + offset[p + PREFETCH_ROWS], kv_width);
+            for (int64_t g = 0; g < kv_heads; g++) {
+                const float *qg = qb + g * group * head_dim, *key = row + g * head_dim;
+                float *sg = scores + g * group * len + p;
 #if TD_AVX2
-                __m256 vs = _mm256_setzero_ps();
-                const __m256 vm = _mm256_set1_ps(m);
-                for (; p + 8 <= len; p += 8) {
-                    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + p), vm));
-                    _mm256_storeu_ps(s + p, e);
-                    vs = _mm256_add_ps(vs, e);
+                if (vec) {
+                    group_scores(qg, key, group, head_dim, scale, sg, len);
+                    continue;
                 }
-                sum = hsum8(vs);
 #endif
-                for (; p < len; p++) {
-                    s[p] = expf(s[p] - m);
-                    sum += s[p];
-                }
-                float inv = 1.0f / sum;
-                for (p = 0; p < len; p++) s[p] *= inv;
-                memset(og + j * head_dim, 0, (size_t)head_dim * sizeof(float));
-            }
-            for (int64_t p = 0; p < len; p++) {
-                const float *value = v_cache + (table[p / block_size] * block_size + p % block_size)
-                                               * kv_width + g * head_dim;
                 for (int64_t j = 0; j < group; j++)
-                    axpy(scores[j * len + p], value, og + j * head_dim, head_dim);
+                    sg[j * len] = scale * dot(qg + j * head_dim, key, head_dim);
             }
         }
+        for (int64_t h = 0; h < heads; h++) {
+            float *s = scores + h * len, m = -INFINITY, sum = 0.0f;
+            for (int64_t p = 0; p < len; p++) m = s[p] > m ? s[p] : m;
+            int64_t p = 0;
+#if TD_AVX2
+            __m256 vs = _mm256_setzero_ps();
+            const __m256 vm = _mm256_set1_ps(m);
+            for (; p + 8 <= len; p += 8) {
+                __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + p), vm));
+                _mm256_storeu_ps(s + p, e);
+                vs = _mm256_add_ps(vs, e);
+            }
+            sum = hsum8(vs);
+#endif
+            for (; p < len; p++) {
+                s[p] = expf(s[p] - m);
+                sum += s[p];
+            }
+            float inv = 1.0f / sum;
+            for (p = 0; p < len; p++) s[p] *= inv;
+        }
+        memset(ob, 0, (size_t)(heads * head_dim) * sizeof(float));
+        int64_t p = 0;
+#if TD_AVX2
+        for (; vec && p + 4 <= len; p += 4) {
+            const float *v0 = v_cache + offset[p], *v1 = v_cache + offset[p + 1];
+            const float *v2 = v_cache + offset[p + 2], *v3 = v_cache + offset[p + 3];
+            for (int64_t i = p + PREFETCH_ROWS; i < p + PREFETCH_ROWS + 4 && i < len; i++)
+                prefetch_row(v_cache + offset[i], kv_width);
+            for (int64_t h = 0, g = 0; g < kv_heads; g++) {
+                const int64_t at = g * head_dim;
+                for (int64_t j = 0; j < group; j++, h++)
+                    axpy4(scores + h * len + p, v0 + at, v1 + at, v2 + at, v3 + at,
+                          ob + h * head_dim, head_dim);
+            }
+        }
+#endif
+        for (; p < len; p++) {
+            const float *row = v_cache + offset[p];
+            for (int64_t h = 0, g = 0; g < kv_heads; g++)
+                for (int64_t j = 0; j < group; j++, h++)
+                    axpy(scores[h * len + p], row + g * head_dim, ob + h * head_dim, head_dim);
+        }
     }
-    free(scores);
+    free(offset);
     return 0;
 }
 
