@@ -67,7 +67,7 @@ def test_fp32_kernel_equals_linear(library: NativeLibrary, out_features: int,
     # Rows padded to tiles of 4, columns to blocks of 16.
     padded = -(-out_features // 4) * 4 * -(-in_features // 16) * 16
     assert kernel.read_bytes == 4 * (padded + (out_features if bias else 0))
-    for rows in (1, 5, 16, 3):
+    for rows in (1, 2, 4, 5, 7, 16, 3):      # every split into three-, two- and one-row tiles
         x = torch.randn(rows, in_features)
         torch.testing.assert_close(kernel(x), linear(x), atol=1e-5, rtol=1e-5)
 

@@ -379,23 +379,27 @@ static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out) {
     _mm_storeu_ps(out, hsum4_f32(a[0], a[1], a[2], a[3]));
 }
 
-/* Three activation rows: each weight load serves three rows. */
-static void f32_tile_3(const float *w, const float *x, int64_t kp, float *out) {
-    __m256 a[3][4];
-    for (int r = 0; r < 3; r++)
-        for (int j = 0; j < 4; j++) a[r][j] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < kp; k += 16, w += 64) {
-        for (int h = 0; h < 2; h++) {
-            __m256 wv[4];
-            for (int j = 0; j < 4; j++) wv[j] = _mm256_loadu_ps(w + 16 * j + 8 * h);
-            for (int r = 0; r < 3; r++) {
-                __m256 xv = _mm256_loadu_ps(x + r * kp + k + 8 * h);
-                for (int j = 0; j < 4; j++) a[r][j] = _mm256_fmadd_ps(wv[j], xv, a[r][j]);
-            }
-        }
+/* Several activation rows: each weight load serves RB rows (4 * RB accumulators). */
+#define F32_TILE_N(RB)                                                                     \
+    static void f32_tile_##RB(const float *w, const float *x, int64_t kp, float *out) {    \
+        __m256 a[RB][4];                                                                   \
+        for (int r = 0; r < RB; r++)                                                       \
+            for (int j = 0; j < 4; j++) a[r][j] = _mm256_setzero_ps();                     \
+        for (int64_t k = 0; k < kp; k += 16, w += 64) {                                    \
+            for (int h = 0; h < 2; h++) {                                                  \
+                __m256 wv[4];                                                              \
+                for (int j = 0; j < 4; j++) wv[j] = _mm256_loadu_ps(w + 16 * j + 8 * h);   \
+                for (int r = 0; r < RB; r++) {                                             \
+                    __m256 xv = _mm256_loadu_ps(x + r * kp + k + 8 * h);                   \
+                    for (int j = 0; j < 4; j++) a[r][j] = _mm256_fmadd_ps(wv[j], xv, a[r][j]); \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+        for (int r = 0; r < RB; r++)                                                       \
+            _mm_storeu_ps(out + 4 * r, hsum4_f32(a[r][0], a[r][1], a[r][2], a[r][3]));     \
     }
-    for (int r = 0; r < 3; r++) _mm_storeu_ps(out + 4 * r, hsum4_f32(a[r][0], a[r][1], a[r][2], a[r][3]));
-}
+F32_TILE_N(2)
+F32_TILE_N(3)
 #else
 #define F32_TILE(RB)                                                                       \
     static void f32_tile_##RB(const float *w, const float *x, int64_t kp, float *out) {    \
@@ -408,6 +412,7 @@ static void f32_tile_3(const float *w, const float *x, int64_t kp, float *out) {
             }                                                                              \
     }
 F32_TILE(1)
+F32_TILE(2)
 F32_TILE(3)
 #endif
 
@@ -424,15 +429,17 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
     for (int64_t t = 0; t < n; t += 4) {
         const float *wt = w + t * kp;
         int nb = n - t < 4 ? (int)(n - t) : 4;
-        int64_t r = 0;
-        for (; r + 3 <= rows; r += 3) {
-            f32_tile_3(wt, x + r * kp, kp, acc);
-            for (int a = 0; a < 3; a++)
+        /* Rows in threes, the rest in twos (4 = 2 + 2): a lone leftover row on the
+         * one-row tile measured as slow as three rows on the three-row one. */
+        for (int64_t r = 0; r < rows;) {
+            int64_t left = rows - r;
+            int take = left == 1 ? 1 : (left == 2 || left == 4) ? 2 : 3;
+            if (take == 3) f32_tile_3(wt, x + r * kp, kp, acc);
+            else if (take == 2) f32_tile_2(wt, x + r * kp, kp, acc);
+            else f32_tile_1(wt, x + r * kp, kp, acc);
+            for (int a = 0; a < take; a++)
                 for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
-        }
-        for (; r < rows; r++) {
-            f32_tile_1(wt, x + r * kp, kp, acc);
-            for (int j = 0; j < nb; j++) y[r * n + t + j] = acc[j];
+            r += take;
         }
     }
     if (bias)
