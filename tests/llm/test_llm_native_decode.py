@@ -130,3 +130,27 @@ def test_a_table_too_short_for_the_tokens_is_refused(tiny_llama_dir: Path,
     assert decoder is not None
     with pytest.raises(ValueError, match="no block for position 4"):
         decoder.forward([1, 2, 3, 4, 5], 0, [0], 1)
+
+
+@pytest.mark.parametrize("mode", [QuantMode.INT4, QuantMode.NONE])
+def test_greedy_steps_in_one_call_match_step_by_step(tiny_llama_dir: Path, native_only: None,
+                                                     mode: QuantMode) -> None:
+    """A draft's proposal (catch-up feed, then its own argmax fed back) in one C call:
+    the tokens and cache writes of calling ``forward`` and argmax step by step."""
+    model = _native_model(tiny_llama_dir, mode)
+    table = [1, 4, 0, 2, 3]
+    one_call = NativeDecoder.build(model, model.allocate_kv_cache(5, 4))
+    stepped = NativeDecoder.build(model, model.allocate_kv_cache(5, 4))
+    assert one_call is not None and stepped is not None and one_call.can_run_greedy()
+    prompt = [(3 * j + 2) % 128 for j in range(6)]
+    got = one_call.greedy(prompt, 0, table, 5)
+    got += one_call.greedy(got[-1:], len(prompt) + 4, table, 3)
+    want, feed, start = [], prompt, 0
+    while len(want) < 8:
+        want.append(int(stepped.forward(feed, start, table, 1)[0].argmax()))
+        start += len(feed)
+        feed = want[-1:]
+    assert got == want
+    torch.testing.assert_close(one_call.kv_cache.k, stepped.kv_cache.k)
+    with pytest.raises(ValueError, match="block for position"):
+        one_call.greedy([1], 19, table, 3)

@@ -232,6 +232,11 @@ class NativeDecoder:
         self.cos, self.sin = model.rope.cos, model.rope.sin_signed
         self.embed = model.embed_tokens.weight.detach()
         self.lm_head = one_row(model.lm_head)
+        # For greedy steps without Python between them (a draft's proposal): the LM head's
+        # native kernel, when it has one.
+        self.native_head = _native_tier((self.lm_head, model.lm_head))
+        if not self.embed.is_contiguous():
+            self.native_head = None
 
     @classmethod
     def build(cls, model: LlamaModel, kv_cache: KVCache) -> NativeDecoder | None:
@@ -287,6 +292,31 @@ class NativeDecoder:
         if num_logits == 0:
             return x.new_zeros(0, self.model.config.vocab_size)
         return self.lm_head(x.view(rows, -1)[rows - num_logits:]).float()
+
+
+    def can_run_greedy(self) -> bool:
+        return self.native_head is not None
+
+    def greedy(self, feed: list[int], start: int, block_table: list[int],
+               steps: int) -> list[int]:
+        """As ``SingleSequenceDecoder.greedy``, LM head and argmax included, in one call
+        (``can_run_greedy``: the LM head has a native kernel)."""
+        assert self.native_head is not None
+        used = (start + len(feed) + steps - 2) // self.block_size + 1
+        if len(block_table) < used or not feed or steps < 1:
+            raise ValueError(f"greedy steps need a feed, a step and a block for position "
+                             f"{start + len(feed) + steps - 2}")
+        table = torch.tensor(block_table[:used], dtype=torch.long)
+        tokens = torch.tensor(feed, dtype=torch.long)
+        out = torch.empty(steps, dtype=torch.long)
+        rc = self.lib.greedy_steps(ctypes.addressof(self.layers), *self.dims, self.eps,
+                                   self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
+                                   self.sin.data_ptr(), table.data_ptr(), self.block_size,
+                                   self.embed.data_ptr(), ctypes.addressof(self.native_head),
+                                   tokens.data_ptr(), len(feed), start, steps, out.data_ptr())
+        if rc:
+            raise MemoryError("native greedy steps: no memory for their buffers")
+        return out.tolist()
 
 
 class SingleSequenceDecoder:

@@ -86,9 +86,10 @@ class ModelRunner:
             return hidden.new_zeros(0, self.model.config.vocab_size)
         return self.model.logits(hidden[torch.tensor(index, dtype=torch.long)])
 
-    def native_step(self) -> bool:
-        """Whether a lone sequence's steps of up to ``NATIVE_ROWS`` tokens run natively."""
-        return self.decode_path() == "native"
+    def native_decoder(self) -> NativeDecoder | None:
+        """The native one-call decoder, where a lone sequence's steps run on it."""
+        lean = self._lean_decoder() if self.lean_decode else None
+        return lean if isinstance(lean, NativeDecoder) else None
 
     def decode_path(self) -> str:
         """How a lone sequence's decode step runs: ``native`` (one call into decode.c),

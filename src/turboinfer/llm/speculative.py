@@ -177,10 +177,14 @@ class DraftModelProposer:
         """One greedy sequence (single-stream decoding, where speculation pays most): the
         catch-up and the proposal steps go through the lean single-sequence decoder."""
         start = seq.num_draft_computed
-        if self.runner.native_step():
-            tokens = self._native_greedy(seq.token_ids[start:], start, seq.block_table, steps)
+        native = self.runner.native_decoder()
+        feed = seq.token_ids[start:]
+        if native is not None and native.can_run_greedy():
+            tokens = native.greedy(feed, start, seq.block_table, steps)
+        elif native is not None:
+            tokens = self._native_greedy(feed, start, seq.block_table, steps)
         else:
-            tokens = self.single.greedy(seq.token_ids[start:], start, seq.block_table, steps)
+            tokens = self.single.greedy(feed, start, seq.block_table, steps)
         # The catch-up and every proposed token but the last now have draft KV.
         seq.num_draft_computed = seq.num_tokens + len(tokens) - 1
         return tokens

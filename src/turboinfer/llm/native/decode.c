@@ -14,6 +14,8 @@
  *   - ti_decode_step: a few new tokens of one sequence through every layer, the linear
  *     layers on kernels.c's native kernels; the caller applies the LM head to the normed
  *     output.
+ *   - ti_greedy_steps: greedy steps of one sequence, LM head and argmax included (a
+ *     speculative draft's proposal).
  * Compiled into one library with kernels.c (loader.py).
  */
 #include <math.h>
@@ -395,5 +397,45 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
     if (rc == 0) ti_rms_norm(x, rows, hidden, final_norm, eps, x);
     free(positions);
     free(buf);
+    return rc;
+}
+
+/* Index of the largest of n floats (the first of equal ones, as torch's argmax). */
+static int64_t argmax(const float *v, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
+}
+
+/* Greedy steps of one sequence with no Python between them (a speculative draft): feed
+ * `n_feed` tokens at positions start.. (everything before them cached), take the argmax
+ * of the LM head over the last one, feed it back, and so on: out[0..steps) are the
+ * argmax tokens. embed: the [vocab, hidden] embedding table; lm_head: a native kernel
+ * with lm_head->n = vocab. table covers positions up to start + n_feed + steps - 2. */
+int ti_greedy_steps(const ti_layer *layers, int64_t num_layers, int64_t hidden, int64_t heads,
+                    int64_t kv_heads, int64_t head_dim, int64_t inner, float eps, float scale,
+                    const float *final_norm, const float *cos, const float *sin_signed,
+                    const int64_t *table, int64_t block_size, const float *embed,
+                    const ti_linear *lm_head, const int64_t *feed, int64_t n_feed,
+                    int64_t start, int64_t steps, int64_t *out) {
+    float *x = (float *)malloc((size_t)((n_feed > 0 ? n_feed : 1) * hidden + lm_head->n)
+                               * sizeof(float));
+    if (!x) return -1;
+    float *logits = x + (n_feed > 0 ? n_feed : 1) * hidden;
+    int64_t rows = n_feed, pos = start;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(x + r * hidden, embed + feed[r] * hidden, (size_t)hidden * sizeof(float));
+    int rc = 0;
+    for (int64_t s = 0; s < steps && rc == 0; s++) {
+        rc = ti_decode_step(layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps,
+                            scale, final_norm, cos, sin_signed, table, block_size, pos, rows, x);
+        if (rc || (rc = run_linear(lm_head, x + (rows - 1) * hidden, 1, logits))) break;
+        out[s] = argmax(logits, lm_head->n);
+        pos += rows;
+        rows = 1;
+        memcpy(x, embed + out[s] * hidden, (size_t)hidden * sizeof(float));
+    }
+    free(x);
     return rc;
 }

@@ -68,6 +68,13 @@ class NativeLibrary:
             "ti_decode_step",
             [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _i64,
              _i64, _i64, _ptr])
+        # (layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps, scale,
+        #  final_norm, cos, sin_signed, table, block_size, embed, lm_head, feed, n_feed,
+        #  start, steps, out)
+        self.greedy_steps = self._fn(
+            "ti_greedy_steps",
+            [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _i64,
+             _ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr])
 
     def _fn(self, name: str, argtypes: list[type],
             restype: type | None = ctypes.c_int) -> Callable[..., int]:
