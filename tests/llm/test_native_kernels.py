@@ -97,9 +97,36 @@ def test_int8_kernel_on_large_activations_does_not_saturate(library: NativeLibra
     weight = torch.full((4, 64), 1.0)
     weight[1] = -1.0
     kernel = NativeInt8Kernel(library, weight, None)
-    x = torch.full((2, 64), 3.0)
-    x[1, ::2] = -3.0
-    torch.testing.assert_close(kernel(x), x @ weight.t())
+    for rows in (2, 17):        # the pair kernel and its lone last row
+        x = torch.full((rows, 64), 3.0)
+        x[1::2, ::2] = -3.0
+        torch.testing.assert_close(kernel(x), x @ weight.t())
+
+
+@pytest.mark.parametrize("out_features,in_features", [(37, 100), (5, 7), (24, 2048), (64, 96)])
+def test_int8_rows_of_a_many_row_call_equal_one_row_calls(
+        library: NativeLibrary, out_features: int, in_features: int) -> None:
+    # Several rows go through other code than one row (pairs of rows, blocks of 16, a
+    # lone last row); the integer sums and the float scaling after them are the same, so
+    # a row's outputs do not depend on what came with it, bit for bit.
+    torch.manual_seed(4)
+    linear = nn.Linear(in_features, out_features).requires_grad_(False)
+    kernel = NativeInt8Kernel(library, linear.weight, linear.bias)
+    q, scales = quantize_int8(linear.weight)
+    for rows in (2, 3, 5, 16, 17, 33, 64):
+        x = torch.randn(rows, in_features)
+        x[rows // 2] = 0.0          # a zero row: scale 0 and no NaN
+        # The kernel's rounding (x times 127 / amax, to nearest even; ``127 / amax`` would
+        # divide inexactly), its integer sums in float64 (exact), then the scales: what is
+        # left is the float scaling's rounding.
+        amax = x.abs().amax(dim=1, keepdim=True)
+        inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, 0.0)
+        xq = torch.round(x * inv).double()
+        want = (xq @ q.double().t()) * scales.double() * (amax.double() / 127) + linear.bias
+        got = kernel(x)
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+        single = torch.cat([kernel(x[r:r + 1]) for r in range(rows)])
+        assert torch.equal(got, single), rows
 
 
 @pytest.mark.parametrize("out_features,in_features", [(37, 96), (8, 32), (96, 256)])
