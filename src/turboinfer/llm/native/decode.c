@@ -195,6 +195,28 @@ static void group_scores(const float *q, const float *key, int64_t group, int64_
     }
 }
 
+/* scores[j * len + i] = scale * q_j . k_i for NJ heads j (q_j: q + j * head_dim) and
+ * 4 positions i: each chunk of q_j and k_i loaded once for the NJ x 4 products. */
+static inline void tile_scores(const float *q, const int NJ, const float *k0,
+                               const float *k1, const float *k2, const float *k3,
+                               int64_t head_dim, float scale, float *scores, int64_t len) {
+    __m256 a[3][4];
+    for (int j = 0; j < 3; j++)
+        for (int i = 0; i < 4; i++) a[j][i] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < head_dim; c += 8) {
+        __m256 qv[3];
+        for (int j = 0; j < NJ; j++) qv[j] = _mm256_loadu_ps(q + j * head_dim + c);
+        const __m256 kv[4] = {_mm256_loadu_ps(k0 + c), _mm256_loadu_ps(k1 + c),
+                              _mm256_loadu_ps(k2 + c), _mm256_loadu_ps(k3 + c)};
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < NJ; j++) a[j][i] = _mm256_fmadd_ps(qv[j], kv[i], a[j][i]);
+    }
+    const __m128 vs = _mm_set1_ps(scale);
+    for (int j = 0; j < NJ; j++)
+        _mm_storeu_ps(scores + j * len,
+                      _mm_mul_ps(hsum4x8(a[j][0], a[j][1], a[j][2], a[j][3]), vs));
+}
+
 /* out[c] += w0 * v0[c] + w1 * v1[c] + w2 * v2[c] + w3 * v3[c], in that order. */
 static inline void axpy4(const float *w, const float *v0, const float *v1, const float *v2,
                          const float *v3, float *out, int64_t n) {
@@ -228,9 +250,10 @@ static inline void prefetch_row(const float *row, int64_t n) {
  * The cache is walked in position order, each slot's whole row (every key-value head)
  * once for all query heads: a walk per key-value head, reading a kv_heads-th of each
  * row, ran at a third of the speed once a 16-sequence batch's keys no longer fit in the
- * cache. With AVX2 and head_dim a multiple of 8, a key chunk is loaded once for up to 4
- * query heads of its group (their sums reduced together), and the values' weighted sum
- * takes 4 positions per load and store of the output. */
+ * cache. With AVX2 and head_dim a multiple of 8, the scores go in tiles of 4 positions
+ * by up to 3 heads of a group (each chunk of a key or query loaded once per tile, the
+ * tile's sums reduced together), and the values' weighted sum takes 4 positions per
+ * load and store of the output. */
 int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, int64_t heads,
                               int64_t kv_heads, int64_t head_dim, const float *k_cache,
                               const float *v_cache, const int64_t *tables, int64_t max_blocks,
@@ -252,9 +275,33 @@ int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, i
         for (int64_t p = 0; p < len; p++)
             offset[p] = (table[p / block_size] * block_size + p % block_size) * kv_width;
         /* scores[h, p] = scale * q_h . k_p (the key of h's group) */
-        for (int64_t p = 0; p < len; p++) {
+        int64_t p4 = 0;
+#if TD_AVX2
+        for (; vec && p4 + 4 <= len; p4 += 4) {
+            const float *r0 = k_cache + offset[p4], *r1 = k_cache + offset[p4 + 1];
+            const float *r2 = k_cache + offset[p4 + 2], *r3 = k_cache + offset[p4 + 3];
+            for (int64_t i = p4 + PREFETCH_ROWS; i < p4 + PREFETCH_ROWS + 4 && i < len; i++)
+                prefetch_row(k_cache + offset[i], kv_width);
+            for (int64_t g = 0; g < kv_heads; g++) {
+                const int64_t at = g * head_dim;
+                for (int64_t j0 = 0; j0 < group; j0 += 3) {
+                    const float *qj = qb + (g * group + j0) * head_dim;
+                    float *sj = scores + (g * group + j0) * len + p4;
+                    const float *k0 = r0 + at, *k1 = r1 + at, *k2 = r2 + at, *k3 = r3 + at;
+                    /* constant head counts, so each call unrolls to its own FMAs */
+                    switch (group - j0 < 3 ? group - j0 : 3) {
+                    case 3: tile_scores(qj, 3, k0, k1, k2, k3, head_dim, scale, sj, len); break;
+                    case 2: tile_scores(qj, 2, k0, k1, k2, k3, head_dim, scale, sj, len); break;
+                    default: tile_scores(qj, 1, k0, k1, k2, k3, head_dim, scale, sj, len);
+                    }
+                }
+            }
+        }
+#endif
+        for (int64_t p = p4; p < len; p++) {
             const float *row = k_cache + offset[p];
-            if (p + PREFETCH_ROWS < len) prefetch_row(k_cache + offset[p + PREFETCH_ROWS], kv_width);
+            if (p + PREFETCH_ROWS < len)
+                prefetch_row(k_cache + offset[p + PREFETCH_ROWS], kv_width);
             for (int64_t g = 0; g < kv_heads; g++) {
                 const float *qg = qb + g * group * head_dim, *key = row + g * head_dim;
                 float *sg = scores + g * group * len + p;
