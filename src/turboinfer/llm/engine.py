@@ -145,7 +145,7 @@ class LLMEngine:
         tokens = sample(logits, [s.params for s in sampled], [s.generator for s in sampled],
                         self.generator)
         for i, (seq, token) in enumerate(zip(sampled, tokens, strict=True)):
-            self._append(seq, [token], logits[i:i + 1])
+            self._append(seq, [token], logits, i)
         return sampled
 
     def _run_speculative(self, seqs: list[Sequence]) -> list[Sequence]:
@@ -177,7 +177,7 @@ class LLMEngine:
             # The last verified token plus the accepted drafts now have target KV.
             seq.num_computed_tokens += len(tokens)
             seq.num_draft_computed = min(seq.num_draft_computed, seq.num_computed_tokens)
-            self._append(seq, tokens, logits[row - k - 1:row])
+            self._append(seq, tokens, logits, row - k - 1)
             if not seq.is_finished:
                 self.block_manager.commit(seq)
         return seqs
@@ -189,10 +189,13 @@ class LLMEngine:
         s.accepted += emitted - 1
         s.emitted += emitted
 
-    def _append(self, seq: Sequence, tokens: list[int], logits: torch.Tensor) -> None:
-        """Append sampled tokens; ``logits`` has one row per token (the row it came from)."""
+    def _append(self, seq: Sequence, tokens: list[int], logits: torch.Tensor,
+                row: int) -> None:
+        """Append sampled tokens; token i came from ``logits[row + i]`` (sliced only for
+        logprobs: a view per sequence per step is overhead the rest never needs)."""
         if seq.params.logprobs is not None:
-            seq.logprobs += token_logprobs(logits[:len(tokens)], tokens, seq.params.logprobs)
+            seq.logprobs += token_logprobs(logits[row:row + len(tokens)], tokens,
+                                           seq.params.logprobs)
         for token in tokens:
             seq.append_token(token)
             reason = self._stop_reason(seq, token)
