@@ -4,6 +4,8 @@ turboinfer fp32, int8 and int4 each with the native candidates offered and witho
 fp32, on compare.py's random 110M Llama, greedy, one thread.
 
     python benchmarks/llm/native_kernels.py [--rounds 3]      # writes native_kernels.json
+    python benchmarks/llm/native_kernels.py --int8-rows [--baseline REV]
+                                                    # writes native_int8_rows.json
 
 Every engine is one worker process (compare.py's workers and line protocol), loaded
 once; per round, in an order that rotates, each runs batch 1 (a 64-token prompt, 64
@@ -13,6 +15,12 @@ decode (read bandwidth measured every round, bytes per token as each worker load
 kernels), the kernel chosen per shape with every candidate's timing, greedy ids of the
 native runs against the torch-kernel runs of the same format, perplexity of every format
 on each kind of kernel, the load average.
+
+``--int8-rows`` times kernels alone instead: the native int8 kernel against fbgemm's
+dynamic int8 linear (and, with ``--baseline``, the native kernel as ``kernels.c`` stood at
+that git revision) on the model's linear shapes at 1, 16, 64 and 512 rows, in interleaved
+rounds on one thread, each round's time per call and the per-round ratios recorded, then
+what the load-time measurement (``llm/kernels.py``) picks per shape at 1 and 16 rows.
 """
 
 from __future__ import annotations
@@ -170,6 +178,124 @@ def perplexities(threads: int) -> dict[str, dict[str, float]]:
     return out
 
 
+# The 110M model's linear shapes (out, in): fused qkv, o, fused gate/up, down, LM head.
+INT8_SHAPES = {"qkv": (1280, 768), "o": (768, 768), "gate_up": (4096, 768),
+               "down": (768, 2048), "lm_head": (32000, 768)}
+
+
+def baseline_library(rev: str) -> Any:
+    """The native library with ``kernels.c`` as it stood at git revision ``rev`` (and
+    today's ``decode.c``, which only calls into it), compiled with the loader's flags."""
+    import tempfile
+
+    from turboinfer.llm.native.loader import FLAGS, SOURCES, NativeLibrary
+
+    root = HERE.parents[1]
+    folder = Path(tempfile.mkdtemp(prefix="ti-int8-baseline-"))
+    source = folder / "kernels.c"
+    source.write_text(subprocess.run(
+        ["git", "show", f"{rev}:src/turboinfer/llm/native/kernels.c"], cwd=root,
+        capture_output=True, text=True, check=True).stdout)
+    library = folder / "kernels.so"
+    subprocess.run([os.environ.get("CC") or "cc", *FLAGS, "-o", str(library), str(source),
+                    str(SOURCES[1]), "-lm"], check=True)
+    return NativeLibrary(library)
+
+
+def int8_rows(args: argparse.Namespace) -> None:
+    """Kernel against kernel on one thread: see the module docstring."""
+    import math
+
+    import torch
+
+    from turboinfer.llm.config import QuantMode
+    from turboinfer.llm.kernel_candidates import (
+        DynamicInt8Kernel,
+        Kernel,
+        NativeInt8Kernel,
+        candidates,
+    )
+    from turboinfer.llm.kernels import (
+        MAX_COPIES,
+        PREFILL_ROWS,
+        last_level_cache_bytes,
+        measure_shape,
+    )
+    from turboinfer.llm.native import native_status
+
+    torch.set_num_threads(1)
+    lib = native_status().library
+    if lib is None:
+        raise SystemExit(f"no native library: {native_status().reason}")
+    builders = {"int8_native": lambda w: NativeInt8Kernel(lib, w, None),
+                "int8_dynamic_fbgemm": lambda w: DynamicInt8Kernel(w, None, "fbgemm")}
+    if args.baseline:
+        before = baseline_library(args.baseline)
+        builders[f"int8_native@{args.baseline}"] = lambda w: NativeInt8Kernel(before, w, None)
+    started, load_start = time.time(), os.getloadavg()
+    gen = torch.Generator().manual_seed(0)
+    results: list[dict[str, Any]] = []
+    for shape, (n, k) in INT8_SHAPES.items():
+        weight = torch.randn(n, k, generator=gen) * k ** -0.5
+        for rows in args.rows:
+            x = torch.randn(rows, k, generator=gen)
+            kernels: dict[str, list[Kernel]] = {}
+            for name, build in builders.items():
+                first = build(weight)
+                # As at load: weights that fit the cache are rotated through copies so
+                # that calls read them from memory, as a model's layers do.
+                copies = (1 if rows >= PREFILL_ROWS else min(
+                    MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / first.read_bytes)))
+                kernels[name] = [first] + [build(weight) for _ in range(copies - 1)]
+            reps = {}
+            for name, copies_ in kernels.items():
+                for kernel in copies_:
+                    kernel(x)
+                start = time.perf_counter()
+                copies_[0](x)
+                reps[name] = max(len(copies_), int(0.02 / (time.perf_counter() - start)))
+            samples: dict[str, list[float]] = {name: [] for name in kernels}
+            load = os.getloadavg()
+            for i in range(args.rounds):
+                order = list(kernels)[i % len(kernels):] + list(kernels)[:i % len(kernels)]
+                for name in order:
+                    start = time.perf_counter()
+                    for j in range(reps[name]):
+                        kernels[name][j % len(kernels[name])](x)
+                    samples[name].append(1e3 * (time.perf_counter() - start) / reps[name])
+            ratios = {}
+            for name in kernels:
+                if name != "int8_dynamic_fbgemm":
+                    vals = [f / v for v, f in zip(samples[name], samples["int8_dynamic_fbgemm"],
+                                                  strict=True)]
+                    ratios[f"int8_dynamic_fbgemm / {name}"] = {
+                        "median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+            row = {"shape": shape, "out_features": n, "in_features": k, "rows": rows,
+                   "load_average": load, "copies": {n_: len(c) for n_, c in kernels.items()},
+                   "median_ms": {n_: statistics.median(s) for n_, s in samples.items()},
+                   "samples_ms": samples, "ratios": ratios}
+            results.append(row)
+            print(f"{shape:8s} {n}x{k} rows {rows:4d}: " + "  ".join(
+                f"{n_} {v:.3f} ms" for n_, v in row["median_ms"].items()) + "  " + "  ".join(
+                f"{n_}: {r['median']:.2f}x" for n_, r in ratios.items()), flush=True)
+            del kernels
+    selection = []
+    cands = candidates(QuantMode.INT8)
+    for shape, (n, k) in INT8_SHAPES.items():
+        weight = torch.randn(n, k, generator=gen) * k ** -0.5
+        for rows in (1, 16):
+            choice = measure_shape(cands, weight, None, rows, QuantMode.INT8)
+            selection.append({"shape": shape, **choice.to_dict()})
+            print(f"load-time choice {shape} @{rows}: {choice.chosen} " + ", ".join(
+                f"{n_} {v:.3f}" for n_, v in choice.timings_ms.items()), flush=True)
+    result = {"machine": machine(), "torch": torch.__version__, "threads": 1,
+              "command": " ".join(sys.argv), "baseline": args.baseline,
+              "load_average_start": load_start, "load_average_end": os.getloadavg(),
+              "seconds": time.time() - started, "rounds": args.rounds, "kernels": results,
+              "load_time_selection": selection}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 def machine() -> dict[str, Any]:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
@@ -180,10 +306,22 @@ def machine() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, help="3 for the engines, 7 for --int8-rows")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=HERE / "native_kernels.json")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--int8-rows", action="store_true",
+                        help="time the int8 kernels alone per shape and row count")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 16, 64, 512],
+                        help="row counts for --int8-rows")
+    parser.add_argument("--baseline", help="git revision whose kernels.c --int8-rows adds")
     args = parser.parse_args()
+    if args.int8_rows:
+        args.out = args.out or HERE / "native_int8_rows.json"
+        args.rounds = args.rounds or 7
+        int8_rows(args)
+        return
+    args.out = args.out or HERE / "native_kernels.json"
+    args.rounds = args.rounds or 3
     import torch
 
     from turboinfer.llm.bench import measure_read_bandwidth
