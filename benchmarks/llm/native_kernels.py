@@ -288,8 +288,13 @@ def int8_rows(args: argparse.Namespace) -> None:
             selection.append({"shape": shape, **choice.to_dict()})
             print(f"load-time choice {shape} @{rows}: {choice.chosen} " + ", ".join(
                 f"{n_} {v:.3f}" for n_, v in choice.timings_ms.items()), flush=True)
+    def commit(rev: str) -> str:
+        return subprocess.run(["git", "rev-parse", "--short", rev], cwd=HERE, text=True,
+                              capture_output=True).stdout.strip()
+
     result = {"machine": machine(), "torch": torch.__version__, "threads": 1,
-              "command": " ".join(sys.argv), "baseline": args.baseline,
+              "command": " ".join(sys.argv), "commit": commit("HEAD"),
+              "baseline": args.baseline and commit(args.baseline),
               "load_average_start": load_start, "load_average_end": os.getloadavg(),
               "seconds": time.time() - started, "rounds": args.rounds, "kernels": results,
               "load_time_selection": selection}
