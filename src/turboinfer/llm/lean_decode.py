@@ -291,7 +291,9 @@ class NativeDecoder:
             raise MemoryError("native decode step: no memory for its buffers")
         if num_logits == 0:
             return x.new_zeros(0, self.model.config.vocab_size)
-        return self.lm_head(x.view(rows, -1)[rows - num_logits:]).float()
+        last = x.view(rows, -1)[rows - num_logits:]
+        # The one-row kernel may be packed for one row: more rows take the layer's pick.
+        return (self.lm_head(last) if num_logits == 1 else self.model.lm_head(last)).float()
 
 
     def can_run_greedy(self) -> bool:

@@ -1,0 +1,115 @@
+"""How far speculative decoding can go on the demo model when plain decoding runs as one
+native call per token: the arithmetic, from measured parts.
+
+``python benchmarks/llm/spec_bound.py [--rounds N]``: one thread. Measures, on the demo
+target and its draft as the engine loads them (both on the native one-call step):
+  - the plain engine's seconds per generated token (greedy, 64 tokens, the demo prompts);
+  - ``T(r)``: the target's native step over ``r`` new tokens of one sequence, logits for
+    every row (a verification of ``r - 1`` drafted tokens), best of ``--rounds``;
+  - ``D``: a draft step inside the one-call greedy proposal (``ti_greedy_steps``);
+  - the draft's acceptance rate ``a`` at k = 6 on the demo prompts.
+With ``E(k) = (1 - a^(k+1)) / (1 - a)`` tokens per verification, no speculative decoder
+can beat ``E(k) * plain / (T(k + 1) + k * D)``: the bound leaves out every cost of
+speculation besides the target's and draft's steps (acceptance, sampling, the engine's
+bookkeeping), while the plain side keeps its own. Written to spec_bound.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from turboinfer.hardware.cpu import read_cpu
+from turboinfer.llm import LLM, EngineConfig, SamplingParams, demo_model_dir
+from turboinfer.llm.lean_decode import NativeDecoder
+
+PROMPTS = ["Return a new list containing", "The default value of the timeout",
+           "If the file does not exist,"]
+GEN, K, START, MAX_ROWS = 64, 6, 40, 9
+
+
+def native_llm(**kwargs: Any) -> LLM:
+    """Kernels are chosen by timing: load until both target and draft run natively."""
+    for _ in range(10):
+        llm = LLM(**kwargs)
+        proposer = getattr(llm.engine.proposer, "runner", None)
+        if llm.engine.runner.decode_path() == "native" and (
+                proposer is None or proposer.decode_path() == "native"):
+            return llm
+    raise SystemExit("the demo model did not load on the native step")
+
+
+def best_seconds(fn: Any, reps: int, rounds: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - start) / reps)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".json"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    load_start = os.getloadavg()
+    plain = native_llm()
+    spec = native_llm(draft=demo_model_dir("draft"),
+                      config=EngineConfig(num_speculative_tokens=K))
+    params = SamplingParams(max_tokens=GEN, temperature=0, ignore_eos=True)
+    plain.generate(PROMPTS, params)
+    per_token = []
+    for _ in range(args.rounds):
+        start = time.process_time()
+        for prompt in PROMPTS:
+            plain.generate(prompt, params)
+        per_token.append((time.process_time() - start) / (GEN * len(PROMPTS)))
+    before = spec.engine.spec_stats.accepted, spec.engine.spec_stats.drafted
+    for prompt in PROMPTS:
+        spec.generate(prompt, params)
+    stats = spec.engine.spec_stats
+    alpha = (stats.accepted - before[0]) / max(1, stats.drafted - before[1])
+
+    target = spec.engine.runner.native_decoder()
+    draft = spec.engine.proposer.runner.native_decoder()  # type: ignore[union-attr]
+    assert isinstance(target, NativeDecoder) and isinstance(draft, NativeDecoder)
+    table = list(range(8))
+    verify = {r: best_seconds(lambda r=r: target.forward(list(range(5, 5 + r)), START,
+                                                         table, r), 40, args.rounds)
+              for r in range(1, MAX_ROWS + 1)}
+    draft_step = best_seconds(lambda: draft.greedy([5], START, table, K), 40, args.rounds) / K
+    plain_s = statistics.median(per_token)
+
+    def bound(a: float, k: int) -> float:
+        tokens = k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+        return tokens * plain_s / (verify[k + 1] + k * draft_step)
+
+    ks = range(1, MAX_ROWS)
+    results = {
+        "command": f"python benchmarks/llm/spec_bound.py --rounds {args.rounds}",
+        "machine": {"cpu": read_cpu().model_name, "cores": os.cpu_count(),
+                    "torch": torch.__version__, "threads": 1},
+        "load_average_1min": {"start": load_start[0], "end": os.getloadavg()[0]},
+        "plain_cpu_s_per_token": plain_s, "plain_rounds": per_token,
+        "target_step_s_by_rows": verify, "draft_step_s": draft_step,
+        "acceptance_at_k6": alpha,
+        "bound_by_k_measured_acceptance": {k: bound(alpha, k) for k in ks},
+        "bound_by_k_every_draft_accepted": {k: bound(1.0, k) for k in ks},
+    }
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
