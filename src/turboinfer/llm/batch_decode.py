@@ -1,15 +1,15 @@
 """One decode step of several sequences, one token each, on decode.c's native operations.
 
-A 16-row decode step of a small model spends a third of its time outside the linear
-layers when it goes through the model's modules: per layer two norms, the rotary tables'
-multiply-adds, the cache write, the gather of every sequence's blocks and a masked SDPA
-over the longest table, the activation, residual adds, a dozen module calls, and per
-step the batch's positions, slots and additive mask. ``BatchDecoder`` runs the same
-layer with the linear layers on the model's own measured kernels (each layer's
+A 16-row decode step of a small model spends a large share of its time outside the
+linear layers when it goes through the model's modules: per layer two norms, the rotary
+tables' multiply-adds, the cache write, the gather of every sequence's blocks and a
+masked SDPA over the longest table, the activation, residual adds, a dozen module calls,
+and per step the batch's positions, slots and additive mask. ``BatchDecoder`` runs the
+same layer with the linear layers on the model's own measured kernels (each layer's
 ``SelectedLinear`` kernel for the step's row count) and the rest on decode.c: one call
-each for the norm, the rotation with the cache write, and attention that walks each
-sequence's block table in place (no gather, no mask), and one for the activation. The
-step's positions, slots, block tables and lengths are one small int64 tensor.
+each for the norm, the rotation with the cache write, attention that walks each
+sequence's block table in place (no gather, no mask) and the activation. The step's
+positions, slots, block tables and lengths are one small int64 tensor.
 
 The logits are the general path's up to float rounding (the C attention and norms sum in
 another order than torch's), not bit for bit: ``ModelRunner`` keeps the general path
