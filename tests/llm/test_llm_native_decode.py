@@ -154,3 +154,24 @@ def test_greedy_steps_in_one_call_match_step_by_step(tiny_llama_dir: Path, nativ
     torch.testing.assert_close(one_call.kv_cache.k, stepped.kv_cache.k)
     with pytest.raises(ValueError, match="block for position"):
         one_call.greedy([1], 19, table, 3)
+
+
+def test_fp32_layers_without_a_native_pick_get_their_own(tiny_llama_dir: Path,
+                                                         native_only: None,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Picks made among torch kernels only (as a noisy timing may make them): the native
+    step still runs, on native kernels built from the layers' fp32 weights."""
+    monkeypatch.undo()
+    monkeypatch.setattr(kernel_candidates, "_native_candidates", lambda mode, group: [])
+    model = _native_model(tiny_llama_dir, QuantMode.NONE)
+    monkeypatch.undo()
+    decoder = NativeDecoder.build(model, model.allocate_kv_cache(8, 4))
+    assert decoder is not None and len(decoder.own_kernels) == 4 * len(model.layers)
+    native = ModelRunner(model, model.allocate_kv_cache(8, 4))
+    lean = ModelRunner(model, model.allocate_kv_cache(8, 4), native_decode=False)
+    table = list(range(8))
+    native_ids, native_logits = _decode(native, [3, 9, 27, 81, 5], table, 10)
+    lean_ids, lean_logits = _decode(lean, [3, 9, 27, 81, 5], table, 10)
+    assert native.decode_path() == "native" and lean.decode_path() == "lean"
+    assert native_ids == lean_ids
+    torch.testing.assert_close(native_logits[-1], lean_logits[-1], rtol=1e-4, atol=1e-4)

@@ -26,6 +26,7 @@ import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psutil
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -33,14 +34,21 @@ from torch import nn
 
 from turboinfer.llm.attention import KVCache
 from turboinfer.llm.kernel_candidates import (
+    LinearKernel,
+    MklPackedKernel,
     NativeF32Kernel,
     NativeInt4Kernel,
     NativeInt8Kernel,
+    OneDnnKernel,
+    TransposedKernel,
 )
 from turboinfer.llm.model import MLP, Attention, DecoderLayer, LlamaModel
 from turboinfer.llm.native import NativeLibrary, native_status
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
+# The native step's own fp32 kernels (for layers whose picks hold none) may take at most
+# this share of the memory available when it is built.
+OWN_KERNEL_MEMORY_SHARE = 0.25
 
 
 def one_row(module: nn.Module) -> Linear:
@@ -209,18 +217,35 @@ def _native_tier(which: tuple[Linear, nn.Module]) -> _Linear | None:
     return next((lin for lin in map(_native_linear, tiers) if lin is not None), None)
 
 
+def _float_weight(which: tuple[Linear, nn.Module]) -> tuple[torch.Tensor,
+                                                            torch.Tensor | None] | None:
+    """The fp32 weight ``[N, K]`` and bias one of the layer's torch fp32 kernels holds."""
+    one, module = which
+    for kernel in (one, getattr(module, "large", None), getattr(module, "prefill", None)):
+        if isinstance(kernel, (TransposedKernel, MklPackedKernel)):
+            return kernel.weight_t.t(), kernel.bias
+        if isinstance(kernel, (LinearKernel, OneDnnKernel)):
+            return kernel.weight, kernel.bias
+    return None
+
+
 class NativeDecoder:
     """Decode steps of one sequence, one token each, as one call into ``decode.c``.
 
     Built only where it can run (``build``): the native library compiled, the model and
-    its cache in float32, dense layers, and every layer's one-row kernels native. The
-    structures hold the kernels' and cache's addresses, so the decoder keeps the model
-    and the cache alive and must be rebuilt if either is replaced.
+    its cache in float32, dense layers, and a native kernel for every layer. An fp32
+    layer whose measured picks hold none (on a small model the one-row timings of the
+    native kernel and MKL are within noise, so the pick varies from load to load) gets
+    one built from its weight, up to a quarter of the memory available: which step runs
+    must not depend on timing noise. The structures hold the kernels' and cache's
+    addresses, so the decoder keeps the model and the cache alive and must be rebuilt if
+    either is replaced.
     """
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, lib: NativeLibrary,
-                 layers: list[_Layer]) -> None:
+                 layers: list[_Layer], own: list[NativeF32Kernel]) -> None:
         self.model, self.kv_cache, self.lib = model, kv_cache, lib
+        self.own_kernels = own          # kernels the structures point into
         self.block_size = kv_cache.block_size
         self.layers = (_Layer * len(layers))(*layers)
         config = model.config
@@ -248,20 +273,28 @@ class NativeDecoder:
                                                       model.rope.sin_signed))):
             return None
         eps = {float(model.norm.eps)}
-        layers = []
+        layers, own = [], []
+        budget = OWN_KERNEL_MEMORY_SHARE * psutil.virtual_memory().available
         for i, module in enumerate(model.layers):
             layer: DecoderLayer = module  # type: ignore[assignment]
             plan = LayerPlan.of(layer)
             eps.add(plan.eps)
-            linears = [_native_tier(which) for which in
-                       (plan.qkv, plan.o, plan.gate_up, plan.down)]
-            if any(lin is None for lin in linears):
-                return None
+            linears = []
+            for which in (plan.qkv, plan.o, plan.gate_up, plan.down):
+                lin = _native_tier(which)
+                found = _float_weight(which) if lin is None else None
+                if found is not None and found[0].numel() * 4 <= budget:
+                    own.append(NativeF32Kernel(lib, *found))
+                    budget -= found[0].numel() * 4
+                    lin = _native_linear(own[-1])
+                if lin is None:
+                    return None
+                linears.append(lin)
             layers.append(_Layer(plan.norm1.data_ptr(), plan.norm2.data_ptr(), *linears,
                                  kv_cache.k[i].data_ptr(), kv_cache.v[i].data_ptr()))
         if len(eps) != 1:
             return None         # decode.c takes one epsilon for every norm
-        return cls(model, kv_cache, lib, layers)
+        return cls(model, kv_cache, lib, layers, own)
 
     @torch.inference_mode()
     def step(self, token: int, position: int, block_table: list[int]) -> torch.Tensor:
