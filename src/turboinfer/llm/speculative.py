@@ -76,10 +76,12 @@ class NgramProposer:
     How many: a proposal that was accepted whole says the sequence is copying a run of
     earlier text, so the next proposal is twice as long (up to ``num_tokens``); any
     rejection goes back to ``min_tokens``. Long proposals cost verification work (a
-    target forward over more rows), so they are spent where copying is under way.
+    target forward over more rows), so they are spent where copying is under way. One
+    token to start: on the native step a second row costs little more than the first
+    (the demo target: 0.70 against 0.72 ms; each further row about 0.3 ms).
     """
 
-    def __init__(self, max_ngram: int, num_tokens: int, min_tokens: int = 3) -> None:
+    def __init__(self, max_ngram: int, num_tokens: int, min_tokens: int = 1) -> None:
         self.max_ngram = max_ngram
         self.num_tokens = num_tokens
         self.min_tokens = min(min_tokens, num_tokens)
