@@ -181,6 +181,8 @@ def summarize(rounds: list[dict[str, Any]], infos: dict[str, dict[str, Any]],
             row["roofline_tps"] = statistics.median(r["bandwidth"] for r in rounds) / \
                 info["bytes_per_token"]
             row["roofline_fraction"] = statistics.median(fractions)
+        if "decode_path" in info:
+            row["decode_path"] = info["decode_path"]
         summary[key] = row
     return summary
 

@@ -1,6 +1,6 @@
 """turboinfer, greedy, all prompts submitted at once (continuous batching):
 ``python turboinfer_worker.py MODEL_DIR THREADS QUANT``. Also reports the kernels chosen
-at load and the bytes of weights one batch-1 decode step reads."""
+at load, the bytes of weights one batch-1 decode step reads and how that step runs."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def main(folder: str, threads: int, quant: str) -> None:
 
     serve(generate, {"engine": "turboinfer", "quant": quant,
                      "bytes_per_token": read_bytes_per_token(llm.model),
-                     "kernels": [c.to_dict() for c in llm.kernel_choices]})
+                     "kernels": [c.to_dict() for c in llm.kernel_choices],
+                     "decode_path": llm.engine.runner.decode_path()})
 
 
 if __name__ == "__main__":
