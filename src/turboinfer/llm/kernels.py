@@ -51,6 +51,12 @@ PREFILL_MIN_GAIN = 0.9
 # available at load: a faster prefill is not worth running a large model out of memory.
 PREFILL_MEMORY_SHARE = 0.25
 ROUNDS = 5
+# At one row a native kernel within this factor of the fastest is chosen: a lone
+# sequence's decode step runs as one call into C only where every layer has a native
+# kernel (llm/lean_decode.py), which saved more than this on every model measured (110M
+# Llama: 1.13x fp32, 1.43x int8, 1.57x int4 per token), while a single product's timing
+# cannot see it; the one-row timings of close kernels also swap from load to load.
+NATIVE_STEP_MARGIN = 1.25
 MAX_COPIES = 16             # weight copies rotated through, so timing reads from memory
 ROUND_BUDGET_S = 0.01       # per candidate and round; at least one call
 DROP_FACTOR = 4.0           # a candidate this much slower on its first call is not timed on
@@ -149,6 +155,10 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
                if prefill else time_kernels(kernels, x))
     timings.update({n: 1e3 * first[n] for n in dropped})
     chosen = min(kernels, key=timings.__getitem__)
+    native = next((n for n in kernels if n.endswith("_native")), None)
+    if (rows == 1 and native is not None
+            and timings[native] <= NATIVE_STEP_MARGIN * timings[chosen]):
+        chosen = native
     return KernelChoice(mode.value, weight.shape[0], weight.shape[1], rows, chosen,
                         timings, dropped=tuple(dropped))
 
