@@ -10,10 +10,11 @@ import torch
 from turboinfer.llm import kernel_candidates
 from turboinfer.llm.config import QuantMode
 from turboinfer.llm.kernels import select_kernels
-from turboinfer.llm.lean_decode import LeanDecoder, NativeDecoder
+from turboinfer.llm.lean_decode import LeanDecoder
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.native import native_status
+from turboinfer.llm.native_decode import NativeDecoder
 from turboinfer.llm.runner import ModelRunner, StepItem
 
 

@@ -9,9 +9,10 @@ import torch
 
 from turboinfer.llm.attention import AttentionBatch, KVCache
 from turboinfer.llm.batch_decode import BatchDecoder, supports_batch_decode
-from turboinfer.llm.lean_decode import LeanDecoder, NativeDecoder, supports_lean
+from turboinfer.llm.lean_decode import LeanDecoder, supports_lean
 from turboinfer.llm.model import LlamaModel
 from turboinfer.llm.native import native_status
+from turboinfer.llm.native_decode import NativeDecoder
 
 
 @dataclass(frozen=True)

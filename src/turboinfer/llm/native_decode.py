@@ -1,0 +1,230 @@
+"""A lone sequence's step as one call into C, where every layer has a native kernel.
+
+``NativeDecoder`` hands a step of a few new tokens of one sequence (a decode step, a
+speculative verification, a draft's catch-up) to ``ti_decode_step`` in
+``llm/native/decode.c``: every layer (norms, the native linear kernels, rotary embedding
+and cache write, single-query attention over the block table, silu, residual adds) and
+the final norm, with the LM head from Python; and a greedy draft proposal, argmax
+included, to ``ti_greedy_steps``. C attention and norms round differently from torch's,
+so its logits are close to the lean and packed paths', not equal.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import psutil
+import torch
+from torch import nn
+
+from turboinfer.llm.attention import KVCache
+from turboinfer.llm.kernel_candidates import (
+    LinearKernel,
+    MklPackedKernel,
+    NativeF32Kernel,
+    NativeInt4Kernel,
+    NativeInt8Kernel,
+    OneDnnKernel,
+    TransposedKernel,
+)
+from turboinfer.llm.lean_decode import LayerPlan, Linear, one_row, supports_lean
+from turboinfer.llm.model import Attention, DecoderLayer, LlamaModel
+from turboinfer.llm.native import NativeLibrary, native_status
+
+# The native step's own fp32 kernels (for layers whose picks hold none) may take at most
+# this share of the memory available when it is built.
+OWN_KERNEL_MEMORY_SHARE = 0.25
+
+
+class _Linear(ctypes.Structure):
+    """decode.c's ``ti_linear``."""
+
+    _fields_ = [("kind", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("kp", ctypes.c_int64), ("w", ctypes.c_void_p), ("scales", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p)]
+
+
+class _Layer(ctypes.Structure):
+    """decode.c's ``ti_layer``."""
+
+    _fields_ = [("norm1", ctypes.c_void_p), ("norm2", ctypes.c_void_p), ("qkv", _Linear),
+                ("o", _Linear), ("gate_up", _Linear), ("down", _Linear),
+                ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p)]
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _native_linear(kernel: object) -> _Linear | None:
+    """``kernel`` as decode.c's ``ti_linear``; None when it is not a native kernel. The
+    padded width comes from the tiles: 4-row tiles of the padded input width."""
+    if type(kernel) is NativeInt8Kernel:
+        n, k = kernel.out_features, kernel.in_features
+        kp = kernel.tiles.numel() // (-(-n // 4) * 4)
+        return _Linear(1, n, k, kp, kernel.tiles.data_ptr(), kernel.scales.data_ptr(),
+                       _ptr(kernel.bias))
+    if type(kernel) is NativeInt4Kernel:
+        return _Linear(2, kernel.out_features, kernel.in_features, kernel.in_features,
+                       kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
+    if type(kernel) is NativeF32Kernel:
+        n, k = kernel.out_features, kernel.in_features
+        kp = kernel.tiles.numel() // (-(-n // 4) * 4)
+        return _Linear(0, n, k, kp, kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
+    return None
+
+
+def _native_tier(which: tuple[Linear, nn.Module]) -> _Linear | None:
+    """The layer's one-row kernel if native, else its native kernel for more rows (the
+    native layouts serve any row count): fp32's 4096x768 product measured 0.62 ms on
+    MKL against 0.72 native at one row, a loss of about 1.2 ms a token over 12 layers
+    against the 3-4 ms of per-operation work the one-call step saves
+    (benchmarks/llm/lean_decode.py)."""
+    kernel = _native_kernel(which)
+    return None if kernel is None else _native_linear(kernel)
+
+
+def _native_kernel(which: tuple[Linear, nn.Module]) -> Linear | None:
+    one, module = which
+    tiers = [one, getattr(module, "large", None), getattr(module, "prefill", None)]
+    return next((k for k in tiers if _native_linear(k) is not None), None)
+
+
+def _float_weight(which: tuple[Linear, nn.Module]) -> tuple[torch.Tensor,
+                                                            torch.Tensor | None] | None:
+    """The fp32 weight ``[N, K]`` and bias one of the layer's torch fp32 kernels holds."""
+    one, module = which
+    for kernel in (one, getattr(module, "large", None), getattr(module, "prefill", None)):
+        if isinstance(kernel, (TransposedKernel, MklPackedKernel)):
+            return kernel.weight_t.t(), kernel.bias
+        if isinstance(kernel, (LinearKernel, OneDnnKernel)):
+            return kernel.weight, kernel.bias
+    return None
+
+
+class NativeDecoder:
+    """Steps of one sequence, a few new tokens each, as one call into ``decode.c``.
+
+    Built only where it can run (``build``): the native library compiled, the model and
+    its cache in float32, dense layers, and a native kernel for every layer. An fp32
+    layer whose measured picks hold none (on a small model the one-row timings of the
+    native kernel and MKL are within noise, so the pick varies from load to load) gets
+    one built from its weight, up to a quarter of the memory available: which step runs
+    must not depend on timing noise. The structures hold the kernels' and cache's
+    addresses, so the decoder keeps the model and the cache alive and must be rebuilt if
+    either is replaced.
+    """
+
+    def __init__(self, model: LlamaModel, kv_cache: KVCache, lib: NativeLibrary,
+                 layers: list[_Layer], own: list[NativeF32Kernel]) -> None:
+        self.model, self.kv_cache, self.lib = model, kv_cache, lib
+        self.own_kernels = own          # kernels the structures point into
+        self.block_size = kv_cache.block_size
+        self.layers = (_Layer * len(layers))(*layers)
+        config = model.config
+        first: Attention = model.layers[0].self_attn  # type: ignore[assignment]
+        self.dims = (len(layers), config.hidden_size, first.num_heads, first.num_kv_heads,
+                     first.head_dim, config.intermediate_size)
+        self.eps, self.scale = float(model.norm.eps), float(first.scale)
+        self.final_norm = model.norm.weight.detach()
+        self.cos, self.sin = model.rope.cos, model.rope.sin_signed
+        self.embed = model.embed_tokens.weight.detach()
+        self.lm_head = one_row(model.lm_head)
+        head = _native_kernel((self.lm_head, model.lm_head))
+        # For greedy steps without Python between them (a draft's proposal): the LM head's
+        # native kernel, when it has one.
+        self.native_head = (_native_linear(head) if head is not None
+                            and self.embed.is_contiguous() else None)
+        # A verification's few rows: the native kernel serves any row count, where the
+        # LM head's pick for few rows is its one-row winner (2048x256 at 4 rows on the
+        # demo model: 0.26 ms on MKL's one-row choice, 0.05-0.1 native).
+        self.head_rows = head or model.lm_head
+
+    @classmethod
+    def build(cls, model: LlamaModel, kv_cache: KVCache) -> NativeDecoder | None:
+        lib = native_status().library
+        if (lib is None or not supports_lean(model)
+                or model.embed_tokens.weight.dtype != torch.float32
+                or kv_cache.k.dtype != torch.float32
+                or any(not t.is_contiguous() for t in (kv_cache.k, kv_cache.v, model.rope.cos,
+                                                      model.rope.sin_signed))):
+            return None
+        eps = {float(model.norm.eps)}
+        layers, own = [], []
+        budget = OWN_KERNEL_MEMORY_SHARE * psutil.virtual_memory().available
+        for i, module in enumerate(model.layers):
+            layer: DecoderLayer = module  # type: ignore[assignment]
+            plan = LayerPlan.of(layer)
+            eps.add(plan.eps)
+            linears = []
+            for which in (plan.qkv, plan.o, plan.gate_up, plan.down):
+                lin = _native_tier(which)
+                found = _float_weight(which) if lin is None else None
+                if found is not None and found[0].numel() * 4 <= budget:
+                    own.append(NativeF32Kernel(lib, *found))
+                    budget -= found[0].numel() * 4
+                    lin = _native_linear(own[-1])
+                if lin is None:
+                    return None
+                linears.append(lin)
+            layers.append(_Layer(plan.norm1.data_ptr(), plan.norm2.data_ptr(), *linears,
+                                 kv_cache.k[i].data_ptr(), kv_cache.v[i].data_ptr()))
+        if len(eps) != 1:
+            return None         # decode.c takes one epsilon for every norm
+        return cls(model, kv_cache, lib, layers, own)
+
+    @torch.inference_mode()
+    def step(self, token: int, position: int, block_table: list[int]) -> torch.Tensor:
+        """As ``LeanDecoder.step``: feed ``token`` at ``position``, write its keys and
+        values to the cache, return the next token's ``[1, vocab]`` float logits."""
+        return self.forward([token], position, block_table, 1)
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int], start: int, block_table: list[int],
+                num_logits: int) -> torch.Tensor:
+        """Feed ``tokens`` at positions ``start...`` (everything before them cached; a few
+        rows: the attention is one query row at a time); returns the last
+        ``num_logits`` rows' ``[num_logits, vocab]`` float logits."""
+        rows = len(tokens)
+        used = (start + rows - 1) // self.block_size + 1
+        if len(block_table) < used:     # the C step would read past the table
+            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
+                             f"position {start + rows - 1}")
+        x = (self.embed[tokens[0]].clone() if rows == 1
+             else self.embed.index_select(0, torch.tensor(tokens, dtype=torch.long)))
+        table = torch.tensor(block_table[:used], dtype=torch.long)
+        rc = self.lib.decode_step(ctypes.addressof(self.layers), *self.dims, self.eps,
+                                  self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
+                                  self.sin.data_ptr(), table.data_ptr(), self.block_size,
+                                  start, rows, x.data_ptr())
+        if rc:
+            raise MemoryError("native decode step: no memory for its buffers")
+        if num_logits == 0:
+            return x.new_zeros(0, self.model.config.vocab_size)
+        last = x.view(rows, -1)[rows - num_logits:]
+        # The one-row kernel may be packed for one row: more rows take another.
+        return (self.lm_head(last) if num_logits == 1 else self.head_rows(last)).float()
+
+    def can_run_greedy(self) -> bool:
+        return self.native_head is not None
+
+    def greedy(self, feed: list[int], start: int, block_table: list[int],
+               steps: int) -> list[int]:
+        """As ``SingleSequenceDecoder.greedy``, LM head and argmax included, in one call
+        (``can_run_greedy``: the LM head has a native kernel)."""
+        assert self.native_head is not None
+        used = (start + len(feed) + steps - 2) // self.block_size + 1
+        if len(block_table) < used or not feed or steps < 1:
+            raise ValueError(f"greedy steps need a feed, a step and a block for position "
+                             f"{start + len(feed) + steps - 2}")
+        table = torch.tensor(block_table[:used], dtype=torch.long)
+        tokens = torch.tensor(feed, dtype=torch.long)
+        out = torch.empty(steps, dtype=torch.long)
+        rc = self.lib.greedy_steps(ctypes.addressof(self.layers), *self.dims, self.eps,
+                                   self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
+                                   self.sin.data_ptr(), table.data_ptr(), self.block_size,
+                                   self.embed.data_ptr(), ctypes.addressof(self.native_head),
+                                   tokens.data_ptr(), len(feed), start, steps, out.data_ptr())
+        if rc:
+            raise MemoryError("native greedy steps: no memory for their buffers")
+        return out.tolist()
