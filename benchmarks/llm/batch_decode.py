@@ -11,14 +11,17 @@ feed the same prompts with prefix caching off, so each run prefills all 1024 pro
 tokens (as compare.py's fresh prompts do) and the greedy ids of the two paths can be
 compared. tok/s: generated tokens over the wall time of the whole call, prefill
 included (compare.py's batch-16 figure); decode tok/s: the tokens after each request's
-first over the time after the last first token. Writes batch_decode.json next to this
-script.
+first over the time after the last first token. Also the quality of each path: the
+perplexity of the trained demo model on its held-out text (int8 and fp32) with every
+token fed through decode steps of 16 sequences at once. Writes batch_decode.json next to
+this script.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -26,12 +29,35 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
+from turboinfer.llm.api import demo_model_dir
+from turboinfer.llm.runner import StepItem
 
 MODEL = Path("/work/peers/llm110m-gqa")
 BATCH, PROMPT_LEN, GEN = 16, 64, 64
+PPL_LEN = 128               # tokens per sequence in the decode-step perplexity
+
+
+def decode_perplexity(llm: LLM, batched: bool) -> float:
+    """exp(mean next-token cross-entropy) of 16 held-out sequences, every position one
+    decode step of all 16 (teacher forcing, each sequence on its own blocks)."""
+    runner = llm.engine.runner
+    runner.batch_decode = batched
+    ids = llm.tokenizer.encode((demo_model_dir().parent / "heldout.txt").read_text())
+    rows = [ids[i * (PPL_LEN + 1):(i + 1) * (PPL_LEN + 1)] for i in range(BATCH)]
+    per = -(-PPL_LEN // runner.block_size)
+    tables = [list(range(i * per, (i + 1) * per)) for i in range(BATCH)]
+    total = 0.0
+    for p in range(PPL_LEN):
+        logits = runner.run([StepItem([r[p]], p, t, 1) for r, t in zip(rows, tables,
+                                                                      strict=True)])
+        targets = torch.tensor([r[p + 1] for r in rows])
+        total += float(F.cross_entropy(logits, targets, reduction="sum"))
+    assert runner.batch_decode == batched, "the batched step could not be built"
+    return math.exp(total / (BATCH * PPL_LEN))
 
 
 def run_once(llm: LLM, prompts: list[list[int]], batched: bool) -> dict[str, Any]:
@@ -61,6 +87,13 @@ def main() -> None:
         return [torch.randint(3, 32000, (PROMPT_LEN,), generator=gen).tolist()
                 for _ in range(BATCH)]
 
+    ppl: dict[str, dict[str, float]] = {}
+    for q in ("none", "int8"):
+        demo = LLM(None, quant=q, config=EngineConfig(num_threads=1, kv_cache_tokens=4096))
+        ppl[{"none": "fp32"}.get(q, q)] = {"batched": decode_perplexity(demo, True),
+                                           "general": decode_perplexity(demo, False)}
+        del demo
+    print(json.dumps({"decode_perplexity": ppl}), flush=True)
     config = EngineConfig(num_threads=1, kv_cache_tokens=16 * 1024,
                           enable_prefix_caching=False)
     llms = {q: LLM(str(args.model), quant=q, config=config) for q in ("none", "int8")}
@@ -120,6 +153,8 @@ def main() -> None:
         "kernels": {{"none": "fp32"}.get(q, q): [c.to_dict() for c in llm.kernel_choices]
                     for q, llm in llms.items()},
         "load_average_1min": {"min": min(loads), "max": max(loads)},
+        "decode_perplexity": {"model": "demo", "sequences": BATCH, "tokens": PPL_LEN,
+                              **ppl},
         "summary": summary, "rounds": rounds,
     }
     args.out.write_text(json.dumps(results, indent=1) + "\n")
