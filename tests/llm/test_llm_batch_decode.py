@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from llm_helpers import save_random_hf_model
 
 from turboinfer.llm.attention import KVCache
 from turboinfer.llm.batch_decode import BatchDecoder, supports_batch_decode
@@ -71,6 +72,14 @@ def test_batch_step_matches_general_path(native: None, tiny_model: LlamaModel) -
     used = {b for t in TABLES for b in t}
     unused = [b for b in range(32) if b not in used]
     assert not new.kv_cache.k[:, unused].any() and not new.kv_cache.v[:, unused].any()
+
+
+def test_qkv_bias(native: None, tmp_path: Path) -> None:
+    """A Qwen2-layout model (q/k/v projections with a bias) takes the batched step too."""
+    model = load_model(save_random_hf_model(tmp_path, arch="qwen2"))
+    assert model.layers[0].self_attn.qkv_proj.bias is not None
+    new, _ = _decode(model, 5, atol=1e-4)
+    assert new._batch is not None
 
 
 def test_measured_int8_kernels(native: None, tiny_llama_dir: Path) -> None:
