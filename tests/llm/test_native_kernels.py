@@ -72,6 +72,19 @@ def test_fp32_kernel_equals_linear(library: NativeLibrary, out_features: int,
         torch.testing.assert_close(kernel(x), linear(x), atol=1e-5, rtol=1e-5)
 
 
+def test_fp32_kernel_at_every_row_count_of_a_verification(library: NativeLibrary) -> None:
+    """1-16 rows: each split into three-, two- and one-row tiles, whole tiles stored
+    straight into the output and a partial last tile (41 outputs), over an odd number of
+    16-column blocks (K 528) and a K below one block."""
+    torch.manual_seed(1)
+    for out_features, in_features in ((41, 528), (12, 9)):
+        weight = torch.randn(out_features, in_features) * in_features ** -0.5
+        kernel = NativeF32Kernel(library, weight, None)
+        for rows in range(1, 17):
+            x = torch.randn(rows, in_features)
+            torch.testing.assert_close(kernel(x), F.linear(x, weight), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("out_features,in_features", SHAPES)
 @pytest.mark.parametrize("bias", [False, True])
 def test_int8_kernel_is_exact_integer_arithmetic(library: NativeLibrary, out_features: int,

@@ -566,7 +566,8 @@ static inline __m128 hsum4_f32(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 /* One activation row: two accumulators per output row, so eight independent FMA chains
  * cover FMA's latency. */
-static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out) {
+static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out,
+                       int64_t ldo) {
     __m256 a[4], b[4];
     for (int j = 0; j < 4; j++) a[j] = b[j] = _mm256_setzero_ps();
     for (int64_t k = 0; k < kp; k += 16, w += 64) {
@@ -580,36 +581,125 @@ static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out) {
     _mm_storeu_ps(out, hsum4_f32(a[0], a[1], a[2], a[3]));
 }
 
-/* Several activation rows: each weight load serves RB rows (4 * RB accumulators). */
-#define F32_TILE_N(RB)                                                                     \
-    static void f32_tile_##RB(const float *w, const float *x, int64_t kp, float *out) {    \
-        __m256 a[RB][4];                                                                   \
-        for (int r = 0; r < RB; r++)                                                       \
-            for (int j = 0; j < 4; j++) a[r][j] = _mm256_setzero_ps();                     \
-        for (int64_t k = 0; k < kp; k += 16, w += 64) {                                    \
-            for (int h = 0; h < 2; h++) {                                                  \
-                __m256 wv[4];                                                              \
-                for (int j = 0; j < 4; j++) wv[j] = _mm256_loadu_ps(w + 16 * j + 8 * h);   \
-                for (int r = 0; r < RB; r++) {                                             \
-                    __m256 xv = _mm256_loadu_ps(x + r * kp + k + 8 * h);                   \
-                    for (int j = 0; j < 4; j++) a[r][j] = _mm256_fmadd_ps(wv[j], xv, a[r][j]); \
-                }                                                                          \
-            }                                                                              \
-        }                                                                                  \
-        for (int r = 0; r < RB; r++)                                                       \
-            _mm_storeu_ps(out + 4 * r, hsum4_f32(a[r][0], a[r][1], a[r][2], a[r][3]));     \
+/* Keeps v in a register: without it gcc folds the activation loads into the FMAs as
+ * memory operands, reloading each once per output row (12 loads for 8 FMAs at two rows,
+ * 32 for 24 at three), and Zen 3 takes two 256-bit loads a cycle: the loads, not the
+ * FMAs, set the pace. */
+#define F32_KEEP(v) __asm__("" : "+x"(v))
+
+/* Two activation rows: 8 accumulators, the half-block's 4 weight vectors and 2
+ * activation vectors in registers (14 of 16): 6 loads for 8 FMAs. */
+static void f32_tile_2(const float *w, const float *x, int64_t kp, float *out,
+                       int64_t ldo) {
+    __m256 a[2][4];
+    for (int r = 0; r < 2; r++)
+        for (int j = 0; j < 4; j++) a[r][j] = _mm256_setzero_ps();
+    const float *x1p = x + kp;
+    for (int64_t k = 0; k < kp; k += 16, w += 64) {
+        for (int h = 0; h < 2; h++) {
+            __m256 x0 = _mm256_loadu_ps(x + k + 8 * h), x1 = _mm256_loadu_ps(x1p + k + 8 * h);
+            F32_KEEP(x0);
+            F32_KEEP(x1);
+            for (int j = 0; j < 4; j++) {
+                __m256 wv = _mm256_loadu_ps(w + 16 * j + 8 * h);
+                F32_KEEP(wv);
+                a[0][j] = _mm256_fmadd_ps(wv, x0, a[0][j]);
+                a[1][j] = _mm256_fmadd_ps(wv, x1, a[1][j]);
+            }
+        }
     }
-F32_TILE_N(2)
-F32_TILE_N(3)
+    for (int r = 0; r < 2; r++)
+        _mm_storeu_ps(out + r * ldo, hsum4_f32(a[r][0], a[r][1], a[r][2], a[r][3]));
+}
+
+/* Three activation rows: 12 accumulators, 3 activation vectors and one weight vector at
+ * a time, all 16 registers: 7 loads for 12 FMAs. Written out in assembly because gcc,
+ * one register short, spills accumulators or folds loads back into the FMAs. */
+static void f32_tile_3(const float *w, const float *x, int64_t kp, float *out,
+                       int64_t ldo) {
+    __m256 a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23, x0, x1, x2, wv;
+    int64_t blocks = kp / 16, stride = kp * 4;
+    if (blocks == 0) {
+        for (int r = 0; r < 3; r++) memset(out + r * ldo, 0, 4 * sizeof(float));
+        return;
+    }
+    __asm__ volatile(
+                     "vxorps %[a00], %[a00], %[a00]\n\t"
+                     "vxorps %[a01], %[a01], %[a01]\n\t"
+                     "vxorps %[a02], %[a02], %[a02]\n\t"
+                     "vxorps %[a03], %[a03], %[a03]\n\t"
+                     "vxorps %[a10], %[a10], %[a10]\n\t"
+                     "vxorps %[a11], %[a11], %[a11]\n\t"
+                     "vxorps %[a12], %[a12], %[a12]\n\t"
+                     "vxorps %[a13], %[a13], %[a13]\n\t"
+                     "vxorps %[a20], %[a20], %[a20]\n\t"
+                     "vxorps %[a21], %[a21], %[a21]\n\t"
+                     "vxorps %[a22], %[a22], %[a22]\n\t"
+                     "vxorps %[a23], %[a23], %[a23]\n\t"
+                     "1:\n\t"
+                     "vmovups 0(%[x]), %[x0]\n\t"
+                     "vmovups 0(%[x],%[s],1), %[x1]\n\t"
+                     "vmovups 0(%[x],%[s],2), %[x2]\n\t"
+                     "vmovups 0(%[w]), %[wv]\n\t"
+                     "vfmadd231ps %[wv], %[x0], %[a00]\n\t"
+                     "vfmadd231ps %[wv], %[x1], %[a10]\n\t"
+                     "vfmadd231ps %[wv], %[x2], %[a20]\n\t"
+                     "vmovups 64(%[w]), %[wv]\n\t"
+                     "vfmadd231ps %[wv], %[x0], %[a01]\n\t"
+                     "vfmadd231ps %[wv], %[x1], %[a11]\n\t"
+                     "vfmadd231ps %[wv], %[x2], %[a21]\n\t"
+                     "vmovups 128(%[w]), %[wv]\n\t"
+                     "vfmadd231ps %[wv], %[x0], %[a02]\n\t"
+                     "vfmadd231ps %[wv], %[x1], %[a12]\n\t"
+                     "vfmadd231ps %[wv], %[x2], %[a22]\n\t"
+                     "vmovups 192(%[w]), %[wv]\n\t"
+                     "vfmadd231ps %[wv], %[x0], %[a03]\n\t"
+                     "vfmadd231ps %[wv], %[x1], %[a13]\n\t"
+                     "vfmadd231ps %[wv], %[x2], %[a23]\n\t"
+                     "vmovups 32(%[x]), %[x0]\n\t"
+                     "vmovups 32(%[x],%[s],1), %[x1]\n\t"
+                     "vmovups 32(%[x],%[s],2), %[x2]\n\t"
+                     "vmovups 32(%[w]), %[wv]\n\t"
+                     "vfmadd231ps %[wv], %[x0], %[a00]\n\t"
+                     "vfmadd231ps %[wv], %[x1], %[a10]\n\t"
+                     "vfmadd231ps %[wv], %[x2], %[a20]\n\t"
+                     "vmovups 96(%[w]), %[wv]\n\t"
+                     "vfmadd231ps %[wv], %[x0], %[a01]\n\t"
+                     "vfmadd231ps %[wv], %[x1], %[a11]\n\t"
+                     "vfmadd231ps %[wv], %[x2], %[a21]\n\t"
+                     "vmovups 160(%[w]), %[wv]\n\t"
+                     "vfmadd231ps %[wv], %[x0], %[a02]\n\t"
+                     "vfmadd231ps %[wv], %[x1], %[a12]\n\t"
+                     "vfmadd231ps %[wv], %[x2], %[a22]\n\t"
+                     "vmovups 224(%[w]), %[wv]\n\t"
+                     "vfmadd231ps %[wv], %[x0], %[a03]\n\t"
+                     "vfmadd231ps %[wv], %[x1], %[a13]\n\t"
+                     "vfmadd231ps %[wv], %[x2], %[a23]\n\t"
+                     "add $256, %[w]\n\t"
+                     "add $64, %[x]\n\t"
+                     "dec %[n]\n\t"
+                     "jnz 1b\n\t"
+                     : [a00] "=&x"(a00), [a01] "=&x"(a01), [a02] "=&x"(a02), [a03] "=&x"(a03),
+                       [a10] "=&x"(a10), [a11] "=&x"(a11), [a12] "=&x"(a12), [a13] "=&x"(a13),
+                       [a20] "=&x"(a20), [a21] "=&x"(a21), [a22] "=&x"(a22), [a23] "=&x"(a23),
+                       [x0] "=&x"(x0), [x1] "=&x"(x1), [x2] "=&x"(x2), [wv] "=&x"(wv),
+                       [w] "+r"(w), [x] "+r"(x), [n] "+r"(blocks)
+                     : [s] "r"(stride)
+                     : "cc", "memory");
+    _mm_storeu_ps(out, hsum4_f32(a00, a01, a02, a03));
+    _mm_storeu_ps(out + ldo, hsum4_f32(a10, a11, a12, a13));
+    _mm_storeu_ps(out + 2 * ldo, hsum4_f32(a20, a21, a22, a23));
+}
 #else
 #define F32_TILE(RB)                                                                       \
-    static void f32_tile_##RB(const float *w, const float *x, int64_t kp, float *out) {    \
+    static void f32_tile_##RB(const float *w, const float *x, int64_t kp, float *out,    \
+                              int64_t ldo) {                                               \
         for (int r = 0; r < RB; r++)                                                       \
             for (int j = 0; j < 4; j++) {                                                  \
                 float v = 0.0f;                                                            \
                 for (int64_t k = 0; k < kp; k++)                                           \
                     v += w[(k / 16) * 64 + j * 16 + k % 16] * x[r * kp + k];               \
-                out[r * 4 + j] = v;                                                        \
+                out[r * ldo + j] = v;                                                      \
             }                                                                              \
     }
 F32_TILE(1)
@@ -630,16 +720,20 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
     for (int64_t t = 0; t < n; t += 4) {
         const float *wt = w + t * kp;
         int nb = n - t < 4 ? (int)(n - t) : 4;
+        /* Whole tiles store straight into y; the last, partial one goes through acc. */
+        int64_t ldo = nb == 4 ? n : 4;
         /* Rows in threes, the rest in twos (4 = 2 + 2): a lone leftover row on the
          * one-row tile measured as slow as three rows on the three-row one. */
         for (int64_t r = 0; r < rows;) {
             int64_t left = rows - r;
             int take = left == 1 ? 1 : (left == 2 || left == 4) ? 2 : 3;
-            if (take == 3) f32_tile_3(wt, x + r * kp, kp, acc);
-            else if (take == 2) f32_tile_2(wt, x + r * kp, kp, acc);
-            else f32_tile_1(wt, x + r * kp, kp, acc);
-            for (int a = 0; a < take; a++)
-                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
+            float *o = nb == 4 ? y + r * n + t : acc;
+            if (take == 3) f32_tile_3(wt, x + r * kp, kp, o, ldo);
+            else if (take == 2) f32_tile_2(wt, x + r * kp, kp, o, ldo);
+            else f32_tile_1(wt, x + r * kp, kp, o, ldo);
+            if (nb < 4)
+                for (int a = 0; a < take; a++)
+                    for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
             r += take;
         }
     }
