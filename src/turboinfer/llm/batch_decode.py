@@ -22,21 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 
 import torch
-from torch import nn
 
 from turboinfer.llm.attention import KVCache
-from turboinfer.llm.lean_decode import LayerPlan, Linear, supports_lean
+from turboinfer.llm.lean_decode import LayerPlan, Linear, rows_kernel, supports_lean
 from turboinfer.llm.model import DecoderLayer, LlamaModel
 from turboinfer.llm.native import NativeLibrary
 
 MAX_HEAD_DIM = 512          # decode.c's bound on the rotation's row buffer
-
-
-def rows_kernel(module: nn.Module, rows: int) -> Linear:
-    """The kernel a measured layer (``llm/kernels.py``) runs for ``rows`` rows, else the
-    module itself."""
-    kernel_for = getattr(module, "kernel_for", None)
-    return kernel_for(rows) if kernel_for is not None else module
 
 
 def supports_batch_decode(model: LlamaModel, kv_cache: KVCache) -> bool:

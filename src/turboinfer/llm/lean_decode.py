@@ -33,11 +33,16 @@ from turboinfer.llm.model import MLP, Attention, DecoderLayer, LlamaModel
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
-def one_row(module: nn.Module) -> Linear:
-    """The kernel a measured layer (``llm/kernels.py``) runs for one row, else the
-    module: a lean step is one row, and the lookup per call is overhead."""
+def rows_kernel(module: nn.Module, rows: int) -> Linear:
+    """The kernel a measured layer (``llm/kernels.py``) runs for ``rows`` rows, else the
+    module: the lookup per call is overhead a step with a known row count can skip."""
     kernel_for = getattr(module, "kernel_for", None)
-    return kernel_for(1) if kernel_for is not None else module
+    return kernel_for(rows) if kernel_for is not None else module
+
+
+def one_row(module: nn.Module) -> Linear:
+    """``rows_kernel`` for a lean step's one row."""
+    return rows_kernel(module, 1)
 
 
 @dataclass(frozen=True)
