@@ -6,6 +6,8 @@ fp32, on compare.py's random 110M Llama, greedy, one thread.
     python benchmarks/llm/native_kernels.py [--rounds 3]      # writes native_kernels.json
     python benchmarks/llm/native_kernels.py --int8-rows [--baseline REV]
                                                     # writes native_int8_rows.json
+    python benchmarks/llm/native_kernels.py --f32-rows [--baseline REV]
+                                                    # writes native_f32_rows.json
 
 Every engine is one worker process (compare.py's workers and line protocol), loaded
 once; per round, in an order that rotates, each runs batch 1 (a 64-token prompt, 64
@@ -21,6 +23,11 @@ dynamic int8 linear (and, with ``--baseline``, the native kernel as ``kernels.c`
 that git revision) on the model's linear shapes at 1, 16, 64 and 512 rows, in interleaved
 rounds on one thread, each round's time per call and the per-round ratios recorded, then
 what the load-time measurement (``llm/kernels.py``) picks per shape at 1 and 16 rows.
+
+``--f32-rows`` does the same for the native fp32 kernel at the few rows of a speculative
+verification (1-16), on the demo model's shapes and the 110M model's, against torch's
+``F.linear`` and, with ``--baseline``, ``kernels.c`` of that revision; each timing is
+also given as G multiply-adds per second, the figure to hold against the FMA peak.
 """
 
 from __future__ import annotations
@@ -301,6 +308,105 @@ def int8_rows(args: argparse.Namespace) -> None:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 
 
+# The demo model's linear shapes (hidden 256, FFN 768, vocab 2048) beside the 110M one's.
+F32_SHAPES = {**{f"demo {name}": shape for name, shape in (
+    ("qkv", (512, 256)), ("o", (256, 256)), ("gate_up", (1536, 256)), ("down", (256, 768)),
+    ("lm_head", (2048, 256)))}, **{f"110M {name}": shape for name, shape in INT8_SHAPES.items()}}
+
+
+def _rotated(build: Any, weight: Any, rows: int) -> list[Any]:
+    """One kernel and as many copies of it as the load-time measurement rotates through,
+    so that calls read the weights from memory as a model's layers do."""
+    import math
+
+    from turboinfer.llm.kernels import MAX_COPIES, PREFILL_ROWS, last_level_cache_bytes
+
+    first = build(weight)
+    copies = (1 if rows >= PREFILL_ROWS else min(
+        MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / first.read_bytes)))
+    return [first] + [build(weight) for _ in range(copies - 1)]
+
+
+def _interleaved(kernels: dict[str, list[Any]], x: Any, rounds: int) -> dict[str, list[float]]:
+    """ms per call of each kernel, one sample per round, the order rotating per round."""
+    reps = {}
+    for name, copies in kernels.items():
+        for kernel in copies:
+            kernel(x)
+        start = time.perf_counter()
+        copies[0](x)
+        reps[name] = max(len(copies), int(0.02 / (time.perf_counter() - start)))
+    samples: dict[str, list[float]] = {name: [] for name in kernels}
+    for i in range(rounds):
+        order = list(kernels)[i % len(kernels):] + list(kernels)[:i % len(kernels)]
+        for name in order:
+            start = time.perf_counter()
+            for j in range(reps[name]):
+                kernels[name][j % len(kernels[name])](x)
+            samples[name].append(1e3 * (time.perf_counter() - start) / reps[name])
+    return samples
+
+
+def f32_rows(args: argparse.Namespace) -> None:
+    """The native fp32 kernel at 1-16 rows: see the module docstring."""
+    import torch
+
+    from turboinfer.llm.kernel_candidates import LinearKernel, NativeF32Kernel
+    from turboinfer.llm.native import native_status
+
+    torch.set_num_threads(1)
+    lib = native_status().library
+    if lib is None:
+        raise SystemExit(f"no native library: {native_status().reason}")
+    builders: dict[str, Any] = {"fp32_native": lambda w: NativeF32Kernel(lib, w, None),
+                                "fp32_torch": lambda w: LinearKernel(w, None)}
+    reference = "fp32_torch"
+    if args.baseline:
+        before = baseline_library(args.baseline)
+        reference = f"fp32_native@{args.baseline}"
+        builders[reference] = lambda w: NativeF32Kernel(before, w, None)
+    started, load_start = time.time(), os.getloadavg()
+    gen = torch.Generator().manual_seed(0)
+    results: list[dict[str, Any]] = []
+    for shape, (n, k) in F32_SHAPES.items():
+        weight = torch.randn(n, k, generator=gen) * k ** -0.5
+        for rows in args.rows:
+            x = torch.randn(rows, k, generator=gen)
+            kernels = {name: _rotated(build, weight, rows) for name, build in builders.items()}
+            load = os.getloadavg()
+            samples = _interleaved(kernels, x, args.rounds)
+            ratios = {}
+            for name in kernels:
+                if name != reference:
+                    vals = [r / v for v, r in zip(samples[name], samples[reference],
+                                                  strict=True)]
+                    ratios[f"{reference} / {name}"] = {
+                        "median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+            median = {n_: statistics.median(s) for n_, s in samples.items()}
+            row = {"shape": shape, "out_features": n, "in_features": k, "rows": rows,
+                   "load_average": load, "copies": {n_: len(c) for n_, c in kernels.items()},
+                   "median_ms": median,
+                   "gmac_s": {n_: rows * n * k / v / 1e6 for n_, v in median.items()},
+                   "samples_ms": samples, "ratios": ratios}
+            results.append(row)
+            print(f"{shape:12s} {n}x{k} rows {rows:3d}: " + "  ".join(
+                f"{n_} {v:.4f} ms ({row['gmac_s'][n_]:.1f} G)" for n_, v in median.items())
+                + "  " + "  ".join(f"{n_}: {r['median']:.2f}x" for n_, r in ratios.items()),
+                flush=True)
+            del kernels
+
+    def commit(rev: str) -> str:
+        return subprocess.run(["git", "rev-parse", "--short", rev], cwd=HERE, text=True,
+                              capture_output=True).stdout.strip()
+
+    result = {"machine": machine(), "torch": torch.__version__, "threads": 1,
+              "command": " ".join(sys.argv), "commit": commit("HEAD"),
+              "baseline": args.baseline and commit(args.baseline),
+              "load_average_start": load_start, "load_average_end": os.getloadavg(),
+              "seconds": time.time() - started, "rounds": args.rounds, "kernels": results}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 def machine() -> dict[str, Any]:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
@@ -316,10 +422,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--int8-rows", action="store_true",
                         help="time the int8 kernels alone per shape and row count")
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 16, 64, 512],
-                        help="row counts for --int8-rows")
-    parser.add_argument("--baseline", help="git revision whose kernels.c --int8-rows adds")
+    parser.add_argument("--f32-rows", action="store_true",
+                        help="time the fp32 kernels alone per shape at a verification's rows")
+    parser.add_argument("--rows", type=int, nargs="+",
+                        help="row counts for --int8-rows (1 16 64 512) or --f32-rows "
+                             "(1 2 3 4 5 7 9 16)")
+    parser.add_argument("--baseline",
+                        help="git revision whose kernels.c --int8-rows or --f32-rows adds")
     args = parser.parse_args()
+    if args.f32_rows:
+        args.out = args.out or HERE / "native_f32_rows.json"
+        args.rounds = args.rounds or 7
+        args.rows = args.rows or [1, 2, 3, 4, 5, 7, 9, 16]
+        f32_rows(args)
+        return
+    args.rows = args.rows or [1, 16, 64, 512]
     if args.int8_rows:
         args.out = args.out or HERE / "native_int8_rows.json"
         args.rounds = args.rounds or 7
