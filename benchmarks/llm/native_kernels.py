@@ -27,7 +27,8 @@ what the load-time measurement (``llm/kernels.py``) picks per shape at 1 and 16 
 ``--f32-rows`` does the same for the native fp32 kernel at the few rows of a speculative
 verification (1-16), on the demo model's shapes and the 110M model's, against torch's
 ``F.linear`` and, with ``--baseline``, ``kernels.c`` of that revision; each timing is
-also given as G multiply-adds per second, the figure to hold against the FMA peak.
+also given as G multiply-adds per second, the figure to hold against the FMA peak
+(``--hot``: one copy of each weight, in cache, so that the arithmetic alone is timed).
 """
 
 from __future__ import annotations
@@ -314,15 +315,16 @@ F32_SHAPES = {**{f"demo {name}": shape for name, shape in (
     ("lm_head", (2048, 256)))}, **{f"110M {name}": shape for name, shape in INT8_SHAPES.items()}}
 
 
-def _rotated(build: Any, weight: Any, rows: int) -> list[Any]:
+def _rotated(build: Any, weight: Any, rows: int, hot: bool = False) -> list[Any]:
     """One kernel and as many copies of it as the load-time measurement rotates through,
-    so that calls read the weights from memory as a model's layers do."""
+    so that calls read the weights from memory as a model's layers do (``hot``: one copy,
+    the weights in cache: the arithmetic alone)."""
     import math
 
     from turboinfer.llm.kernels import MAX_COPIES, PREFILL_ROWS, last_level_cache_bytes
 
     first = build(weight)
-    copies = (1 if rows >= PREFILL_ROWS else min(
+    copies = (1 if hot or rows >= PREFILL_ROWS else min(
         MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / first.read_bytes)))
     return [first] + [build(weight) for _ in range(copies - 1)]
 
@@ -372,7 +374,8 @@ def f32_rows(args: argparse.Namespace) -> None:
         weight = torch.randn(n, k, generator=gen) * k ** -0.5
         for rows in args.rows:
             x = torch.randn(rows, k, generator=gen)
-            kernels = {name: _rotated(build, weight, rows) for name, build in builders.items()}
+            kernels = {name: _rotated(build, weight, rows, args.hot)
+                       for name, build in builders.items()}
             load = os.getloadavg()
             samples = _interleaved(kernels, x, args.rounds)
             ratios = {}
@@ -403,7 +406,9 @@ def f32_rows(args: argparse.Namespace) -> None:
               "command": " ".join(sys.argv), "commit": commit("HEAD"),
               "baseline": args.baseline and commit(args.baseline),
               "load_average_start": load_start, "load_average_end": os.getloadavg(),
-              "seconds": time.time() - started, "rounds": args.rounds, "kernels": results}
+              "seconds": time.time() - started, "rounds": args.rounds,
+              "weights": "one copy, in cache" if args.hot else "rotated through copies",
+              "kernels": results}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 
 
@@ -424,6 +429,8 @@ def main() -> None:
                         help="time the int8 kernels alone per shape and row count")
     parser.add_argument("--f32-rows", action="store_true",
                         help="time the fp32 kernels alone per shape at a verification's rows")
+    parser.add_argument("--hot", action="store_true",
+                        help="--f32-rows with one copy of each weight (cache-resident)")
     parser.add_argument("--rows", type=int, nargs="+",
                         help="row counts for --int8-rows (1 16 64 512) or --f32-rows "
                              "(1 2 3 4 5 7 9 16)")
