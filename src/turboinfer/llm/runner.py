@@ -41,8 +41,9 @@ class ModelRunner:
         # A step that decodes one token of one sequence goes through the lean decoder
         # (llm/lean_decode.py): same logits and cache writes, a fraction of the overhead.
         self.lean_decode = lean_decode
-        # Where every layer's one-row kernels are native, that step is one C call
-        # (NativeDecoder): close to the general path's logits, not bit for bit.
+        # Where every layer has a native kernel, a lone sequence's step of up to
+        # NATIVE_ROWS tokens is one C call (llm/native_decode.py): close to the general
+        # path's logits, not bit for bit.
         self.native_decode = native_decode
         self._lean: LeanDecoder | NativeDecoder | None = None
         # A step that decodes one token of each of several sequences runs its small ops
