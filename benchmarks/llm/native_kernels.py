@@ -210,25 +210,47 @@ def baseline_library(rev: str) -> Any:
     return NativeLibrary(library)
 
 
-def int8_rows(args: argparse.Namespace) -> None:
-    """Kernel against kernel on one thread: see the module docstring."""
+def _rotated(build: Any, weight: Any, rows: int, hot: bool = False) -> list[Any]:
+    """One kernel and as many copies of it as the load-time measurement rotates through,
+    so that calls read the weights from memory as a model's layers do (``hot``: one copy,
+    the weights in cache: the arithmetic alone)."""
     import math
 
+    from turboinfer.llm.kernels import MAX_COPIES, PREFILL_ROWS, last_level_cache_bytes
+
+    first = build(weight)
+    copies = (1 if hot or rows >= PREFILL_ROWS else min(
+        MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / first.read_bytes)))
+    return [first] + [build(weight) for _ in range(copies - 1)]
+
+
+def _interleaved(kernels: dict[str, list[Any]], x: Any, rounds: int) -> dict[str, list[float]]:
+    """ms per call of each kernel, one sample per round, the order rotating per round."""
+    reps = {}
+    for name, copies in kernels.items():
+        for kernel in copies:
+            kernel(x)
+        start = time.perf_counter()
+        copies[0](x)
+        reps[name] = max(len(copies), int(0.02 / (time.perf_counter() - start)))
+    samples: dict[str, list[float]] = {name: [] for name in kernels}
+    for i in range(rounds):
+        order = list(kernels)[i % len(kernels):] + list(kernels)[:i % len(kernels)]
+        for name in order:
+            start = time.perf_counter()
+            for j in range(reps[name]):
+                kernels[name][j % len(kernels[name])](x)
+            samples[name].append(1e3 * (time.perf_counter() - start) / reps[name])
+    return samples
+
+
+def int8_rows(args: argparse.Namespace) -> None:
+    """Kernel against kernel on one thread: see the module docstring."""
     import torch
 
     from turboinfer.llm.config import QuantMode
-    from turboinfer.llm.kernel_candidates import (
-        DynamicInt8Kernel,
-        Kernel,
-        NativeInt8Kernel,
-        candidates,
-    )
-    from turboinfer.llm.kernels import (
-        MAX_COPIES,
-        PREFILL_ROWS,
-        last_level_cache_bytes,
-        measure_shape,
-    )
+    from turboinfer.llm.kernel_candidates import DynamicInt8Kernel, NativeInt8Kernel, candidates
+    from turboinfer.llm.kernels import measure_shape
     from turboinfer.llm.native import native_status
 
     torch.set_num_threads(1)
@@ -247,30 +269,9 @@ def int8_rows(args: argparse.Namespace) -> None:
         weight = torch.randn(n, k, generator=gen) * k ** -0.5
         for rows in args.rows:
             x = torch.randn(rows, k, generator=gen)
-            kernels: dict[str, list[Kernel]] = {}
-            for name, build in builders.items():
-                first = build(weight)
-                # As at load: weights that fit the cache are rotated through copies so
-                # that calls read them from memory, as a model's layers do.
-                copies = (1 if rows >= PREFILL_ROWS else min(
-                    MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / first.read_bytes)))
-                kernels[name] = [first] + [build(weight) for _ in range(copies - 1)]
-            reps = {}
-            for name, copies_ in kernels.items():
-                for kernel in copies_:
-                    kernel(x)
-                start = time.perf_counter()
-                copies_[0](x)
-                reps[name] = max(len(copies_), int(0.02 / (time.perf_counter() - start)))
-            samples: dict[str, list[float]] = {name: [] for name in kernels}
+            kernels = {name: _rotated(build, weight, rows) for name, build in builders.items()}
             load = os.getloadavg()
-            for i in range(args.rounds):
-                order = list(kernels)[i % len(kernels):] + list(kernels)[:i % len(kernels)]
-                for name in order:
-                    start = time.perf_counter()
-                    for j in range(reps[name]):
-                        kernels[name][j % len(kernels[name])](x)
-                    samples[name].append(1e3 * (time.perf_counter() - start) / reps[name])
+            samples = _interleaved(kernels, x, args.rounds)
             ratios = {}
             for name in kernels:
                 if name != "int8_dynamic_fbgemm":
@@ -313,40 +314,6 @@ def int8_rows(args: argparse.Namespace) -> None:
 F32_SHAPES = {**{f"demo {name}": shape for name, shape in (
     ("qkv", (512, 256)), ("o", (256, 256)), ("gate_up", (1536, 256)), ("down", (256, 768)),
     ("lm_head", (2048, 256)))}, **{f"110M {name}": shape for name, shape in INT8_SHAPES.items()}}
-
-
-def _rotated(build: Any, weight: Any, rows: int, hot: bool = False) -> list[Any]:
-    """One kernel and as many copies of it as the load-time measurement rotates through,
-    so that calls read the weights from memory as a model's layers do (``hot``: one copy,
-    the weights in cache: the arithmetic alone)."""
-    import math
-
-    from turboinfer.llm.kernels import MAX_COPIES, PREFILL_ROWS, last_level_cache_bytes
-
-    first = build(weight)
-    copies = (1 if hot or rows >= PREFILL_ROWS else min(
-        MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / first.read_bytes)))
-    return [first] + [build(weight) for _ in range(copies - 1)]
-
-
-def _interleaved(kernels: dict[str, list[Any]], x: Any, rounds: int) -> dict[str, list[float]]:
-    """ms per call of each kernel, one sample per round, the order rotating per round."""
-    reps = {}
-    for name, copies in kernels.items():
-        for kernel in copies:
-            kernel(x)
-        start = time.perf_counter()
-        copies[0](x)
-        reps[name] = max(len(copies), int(0.02 / (time.perf_counter() - start)))
-    samples: dict[str, list[float]] = {name: [] for name in kernels}
-    for i in range(rounds):
-        order = list(kernels)[i % len(kernels):] + list(kernels)[:i % len(kernels)]
-        for name in order:
-            start = time.perf_counter()
-            for j in range(reps[name]):
-                kernels[name][j % len(kernels[name])](x)
-            samples[name].append(1e3 * (time.perf_counter() - start) / reps[name])
-    return samples
 
 
 def f32_rows(args: argparse.Namespace) -> None:
