@@ -1,0 +1,86 @@
+/* The demo target's decode step through the native fp32 kernel, from C: the step's 25
+ * products in order (6 layers of qkv 512x256, o 256x256, gate/up 1536x256, down 256x768,
+ * then the 2048x256 LM head; 19 MB of weights) at 1-8 activation rows, as a speculative
+ * verification runs them, for this revision's kernels.c and another's, interleaved
+ * (pass by pass, row count by row count, one variant then the other), one thread.
+ *
+ *   git show REV:src/turboinfer/llm/native/kernels.c > /tmp/before.c
+ *   R="-Dti_f32_linear=before_f32_linear -Dti_int8_linear=before_int8_linear"
+ *   R="$R -Dti_int4_linear=before_int4_linear -Dti_simd_level=before_simd_level"
+ *   cc -O3 -march=native $R -c /tmp/before.c -o /tmp/before.o
+ *   cc -O3 -march=native -I. -DKERNELS='"src/turboinfer/llm/native/kernels.c"' \
+ *      benchmarks/llm/native_f32_step.c /tmp/before.o -o /tmp/f32_step -lm
+ *   /tmp/f32_step [copies] [passes]
+ *
+ * copies: copies of the model's weights, one per step in turn (1, the default: what stays
+ * in the L3 between steps stays, as in a decode loop; 3: 57 MB, from memory). Prints the
+ * median milliseconds per step over the passes (default 31) and each variant's ratio to
+ * its own one-row step, as JSON. */
+#include <stdio.h>
+#include <time.h>
+#include KERNELS
+
+int before_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
+                      const float *bias, int64_t n, int64_t kp, float *y);
+
+enum { PRODUCTS = 25, ROWS = 8, MAX_PASSES = 201 };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+    double d = *(const double *)a - *(const double *)b;
+    return (d > 0) - (d < 0);
+}
+
+typedef int (*linear_fn)(const float *, int64_t, int64_t, const float *, const float *,
+                         int64_t, int64_t, float *);
+
+int main(int argc, char **argv) {
+    int copies = argc > 1 ? atoi(argv[1]) : 1;
+    int passes = argc > 2 ? atoi(argv[2]) : 31;
+    if (copies < 1 || passes < 1 || passes > MAX_PASSES) return 2;
+    static const int layer[][2] = {{512, 256}, {256, 256}, {1536, 256}, {256, 768}};
+    int ns[PRODUCTS], ks[PRODUCTS];
+    for (int i = 0; i < PRODUCTS; i++) {
+        ns[i] = i < 24 ? layer[i % 4][0] : 2048;
+        ks[i] = i < 24 ? layer[i % 4][1] : 256;
+    }
+    float **w = malloc((size_t)copies * PRODUCTS * sizeof(float *));
+    for (int c = 0; c < copies * PRODUCTS; c++) {
+        int i = c % PRODUCTS;
+        w[c] = aligned_alloc(64, (size_t)ns[i] * ks[i] * 4);
+        for (long j = 0; j < (long)ns[i] * ks[i]; j++) w[c][j] = (float)((j * 7 % 13) - 6) * 0.01f;
+    }
+    float *x = malloc(ROWS * 768 * 4), *y = malloc(ROWS * 2048 * 4);
+    for (int i = 0; i < ROWS * 768; i++) x[i] = (i % 5) * 0.1f;
+    static const linear_fn fns[2] = {ti_f32_linear, before_f32_linear};
+    static double ms[2][ROWS][MAX_PASSES];
+    int step = 0;
+    for (int p = 0; p < passes; p++)
+        for (int r = 1; r <= ROWS; r++)
+            for (int v = 0; v < 2; v++) {
+                float *const *m = w + (size_t)(step++ % copies) * PRODUCTS;
+                double t0 = now();
+                for (int i = 0; i < PRODUCTS; i++) fns[v](x, r, ks[i], m[i], NULL, ns[i], ks[i], y);
+                ms[v][r - 1][p] = (now() - t0) * 1e3;
+            }
+    printf("{\"copies\": %d, \"passes\": %d, \"median_ms\": {", copies, passes);
+    for (int v = 0; v < 2; v++) {
+        double med[ROWS];
+        for (int r = 0; r < ROWS; r++) {
+            qsort(ms[v][r], (size_t)passes, sizeof(double), cmp);
+            med[r] = ms[v][r][passes / 2];
+        }
+        printf("%s\"%s\": {", v ? ", " : "", v ? "before" : "this");
+        for (int r = 0; r < ROWS; r++) printf("%s\"%d\": %.4f", r ? ", " : "", r + 1, med[r]);
+        printf("}, \"%s_over_one_row\": {", v ? "before" : "this");
+        for (int r = 0; r < ROWS; r++) printf("%s\"%d\": %.3f", r ? ", " : "", r + 1, med[r] / med[0]);
+        printf("}");
+    }
+    printf("}}\n");
+    return 0;
+}
