@@ -150,7 +150,7 @@ def test_int4_kernel_equals_its_dequantized_weights(library: NativeLibrary, out_
     linear = nn.Linear(in_features, out_features, bias=bias).requires_grad_(False)
     linear.weight[0] = 0.25             # a constant group: scale at its floor, no NaN
     kernel = NativeInt4Kernel(library, linear.weight, linear.bias)
-    deq = dequantize_int4_native(kernel.packed, kernel.scales, kernel.mins)
+    deq = dequantize_int4_native(*quantize_int4_native(linear.weight))
     # 4 bits per weight and an fp16 scale and minimum per 32, rows padded to tiles of 4.
     padded = -(-out_features // 4) * 4 * in_features
     assert kernel.read_bytes == padded // 2 + 4 * padded // 32 + (4 * out_features if bias else 0)

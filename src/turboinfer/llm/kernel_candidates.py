@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from turboinfer.llm.config import QuantMode
 from turboinfer.llm.native import NativeLibrary, native_status
+from turboinfer.llm.native.hugepages import on_huge_pages
 from turboinfer.llm.native.layout import f32_tiles, int4_tiles, int8_tiles
 from turboinfer.llm.quant import NATIVE_GROUP, quantize_int4, quantize_int4_native, quantize_int8
 
@@ -184,13 +185,26 @@ class Int4WeightOnlyKernel(Kernel):
 
 class NativeKernel(Kernel):
     """One of the hand-written kernels of ``llm/native/kernels.c``: the C function gets
-    the tensors' addresses, the arguments that do not change prepared once."""
+    the tensors' addresses, the arguments that do not change prepared once
+    (``_fixed_args``, again whenever the tiles move)."""
 
-    def __init__(self, fn: Callable[..., int], fixed: tuple[object, ...],
-                 out_features: int, in_features: int, read_bytes: int) -> None:
+    tiles: torch.Tensor
+
+    def __init__(self, fn: Callable[..., int], out_features: int, in_features: int,
+                 read_bytes: int) -> None:
         super().__init__(read_bytes)
-        self._fn, self._fixed = fn, fixed
+        self._fn = fn
         self.out_features, self.in_features = out_features, in_features
+        self._fixed = self._fixed_args()
+
+    def _fixed_args(self) -> tuple[object, ...]:
+        raise NotImplementedError
+
+    def move_to_huge_pages(self) -> None:
+        """Put the tiles on 2 MiB pages (``native/hugepages.py``), for a kernel that is
+        kept: the measured candidates are built and dropped, and the pages are shared."""
+        self.tiles = on_huge_pages(self.tiles)
+        self._fixed = self._fixed_args()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or not x.is_contiguous():
@@ -215,13 +229,14 @@ class NativeInt8Kernel(NativeKernel):
                  bias: torch.Tensor | None) -> None:
         q, scales = quantize_int8(weight.float())
         n, k = q.shape
-        self.tiles, padded = int8_tiles(q)
+        self.tiles, self.padded = int8_tiles(q)
         self.scales = scales.float().contiguous()
         self.bias = None if bias is None else bias.float().contiguous()
-        super().__init__(lib.int8_linear,
-                         (self.tiles.data_ptr(), self.scales.data_ptr(), _ptr(self.bias), n,
-                          padded),
-                         n, k, _nbytes(self.tiles, self.scales, self.bias))
+        super().__init__(lib.int8_linear, n, k, _nbytes(self.tiles, self.scales, self.bias))
+
+    def _fixed_args(self) -> tuple[object, ...]:
+        return (self.tiles.data_ptr(), self.scales.data_ptr(), _ptr(self.bias),
+                self.out_features, self.padded)
 
 
 class NativeInt4Kernel(NativeKernel):
@@ -232,12 +247,13 @@ class NativeInt4Kernel(NativeKernel):
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
                  bias: torch.Tensor | None) -> None:
-        self.packed, self.scales, self.mins = quantize_int4_native(weight)
-        self.tiles = int4_tiles(self.packed, self.scales, self.mins)
+        self.tiles = int4_tiles(*quantize_int4_native(weight))
         self.bias = None if bias is None else bias.float().contiguous()
         n, k = weight.shape
-        super().__init__(lib.int4_linear, (self.tiles.data_ptr(), _ptr(self.bias), n),
-                         n, k, _nbytes(self.tiles, self.bias))
+        super().__init__(lib.int4_linear, n, k, _nbytes(self.tiles, self.bias))
+
+    def _fixed_args(self) -> tuple[object, ...]:
+        return (self.tiles.data_ptr(), _ptr(self.bias), self.out_features)
 
 
 class NativeF32Kernel(NativeKernel):
@@ -247,11 +263,13 @@ class NativeF32Kernel(NativeKernel):
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
                  bias: torch.Tensor | None) -> None:
-        self.tiles, padded = f32_tiles(weight.float())
+        self.tiles, self.padded = f32_tiles(weight.float())
         self.bias = None if bias is None else bias.float().contiguous()
         n, k = weight.shape
-        super().__init__(lib.f32_linear, (self.tiles.data_ptr(), _ptr(self.bias), n, padded),
-                         n, k, _nbytes(self.tiles, self.bias))
+        super().__init__(lib.f32_linear, n, k, _nbytes(self.tiles, self.bias))
+
+    def _fixed_args(self) -> tuple[object, ...]:
+        return (self.tiles.data_ptr(), _ptr(self.bias), self.out_features, self.padded)
 
 
 def _short(dtype: torch.dtype) -> str:

@@ -31,6 +31,7 @@ from turboinfer.llm.config import QuantMode
 from turboinfer.llm.kernel_candidates import (
     Candidate,
     Kernel,
+    NativeKernel,
     absent_candidates,
     candidates,
     mkl_packing_available,
@@ -221,7 +222,10 @@ def _bias(linear: nn.Linear) -> torch.Tensor | None:
 def _build(mode: QuantMode, name: str, linear: nn.Linear, rows: int,
            group_size: int) -> tuple[Kernel, bool]:
     cand = next(c for c in candidates(mode, group_size=group_size) if c.name == name)
-    return cand.build(linear.weight.detach().float(), _bias(linear), rows), cand.rows_specific
+    kernel = cand.build(linear.weight.detach().float(), _bias(linear), rows)
+    if isinstance(kernel, NativeKernel):
+        kernel.move_to_huge_pages()
+    return kernel, cand.rows_specific
 
 
 def _weight_bytes(linear: nn.Linear) -> int:

@@ -162,6 +162,7 @@ class NativeDecoder:
                 found = _float_weight(which) if lin is None else None
                 if found is not None and found[0].numel() * 4 <= budget:
                     own.append(NativeF32Kernel(lib, *found))
+                    own[-1].move_to_huge_pages()
                     budget -= found[0].numel() * 4
                     lin = _native_linear(own[-1])
                 if lin is None:
