@@ -72,8 +72,9 @@ def test_ngram_greedy_equals_plain_greedy_with_preemption(tiny_model: LlamaModel
 
 def test_ngram_lookup_proposes_the_continuation() -> None:
     proposer = NgramProposer(max_ngram=3, num_tokens=3)
-    assert proposer._lookup([7, 8, 9, 1, 2, 7, 8], 3) == [9, 1, 2]
-    assert proposer._lookup([1, 2, 3], 3) == []
+    assert proposer._lookup([7, 8, 9, 1, 2, 7, 8], 3) == ([9, 1, 2], 2)
+    assert proposer._lookup([3, 8, 9, 1, 2, 7, 8], 3) == ([9, 1, 2], 1)
+    assert proposer._lookup([1, 2, 3], 3) == ([], 0)
 
 
 def test_rejection_sampling_preserves_target_distribution() -> None:
@@ -169,20 +170,26 @@ def test_single_sequence_decoder_equals_the_runner(tiny_model: LlamaModel) -> No
         assert torch.allclose(flat_ours, flat_theirs, atol=1e-5)
 
 
-def test_ngram_proposals_grow_while_copying_and_reset_on_rejection() -> None:
+def test_ngram_proposals_grow_with_the_match_and_while_copying() -> None:
+    """A match of n tokens proposes n(n + 1) / 2; a proposal accepted whole doubles the
+    next; a rejection leaves the match alone to decide, never under min_tokens."""
     from turboinfer.llm.sequence import Sequence
 
     seq = Sequence([*range(1, 19), 1, 2], GREEDY)
     proposer = NgramProposer(max_ngram=3, num_tokens=8, min_tokens=2)
     limits = [100]
     first = proposer.propose([seq], limits)[0].tokens
-    assert first == [3, 4]
-    for token in [*first, 5]:  # all accepted, plus the target's token
+    assert first == [3, 4, 5]  # "1 2" matched: 3 tokens
+    for token in [*first, 6]:  # all accepted, plus the target's token
         seq.append_token(token)
     second = proposer.propose([seq], limits)[0].tokens
-    assert second == [6, 7, 8, 9]
-    for token in [6, 7, 99]:  # rejected at the third
+    assert second == [7, 8, 9, 10, 11, 12]  # "4 5 6" matched, and twice 3
+    for token in [7, 8, 99]:  # rejected at the third
         seq.append_token(token)
-    assert proposer.propose([seq], limits)[0].tokens == []  # 7, 99 never seen
+    assert proposer.propose([seq], limits)[0].tokens == []  # 8, 99 never seen
     seq.append_token(1)
-    assert proposer.propose([seq], limits)[0].tokens == [2, 3]  # back to min_tokens
+    assert proposer.propose([seq], limits)[0].tokens == [2, 3]  # "1" matched: min_tokens
+    for token in [2, 3, 4]:
+        seq.append_token(token)
+    # "2 3 4" matched (6 tokens), but the request has room for 3 more.
+    assert proposer.propose([seq], [3])[0].tokens == [5, 6, 7]
