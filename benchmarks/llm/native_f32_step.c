@@ -15,8 +15,16 @@
  * copies: copies of the model's weights, one per step in turn (1, the default: what stays
  * in the L3 between steps stays, as in a decode loop; 3: 57 MB, from memory). Prints the
  * median milliseconds per step over the passes (default 31) and each variant's ratio to
- * its own one-row step, as JSON. */
+ * its own one-row step, as JSON.
+ *
+ *   /tmp/f32_step [copies] [passes] pages
+ *
+ * compares page sizes instead of revisions (linking /tmp/before.o all the same): this
+ * kernels.c on weights laid out alike in one mapping advised MADV_HUGEPAGE ("this") and
+ * in one advised MADV_NOHUGEPAGE ("before"), as llm/native/hugepages.py places them. */
 #include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include KERNELS
 
@@ -42,6 +50,7 @@ typedef int (*linear_fn)(const float *, int64_t, int64_t, const float *, const f
 int main(int argc, char **argv) {
     int copies = argc > 1 ? atoi(argv[1]) : 1;
     int passes = argc > 2 ? atoi(argv[2]) : 31;
+    int pages = argc > 3 && !strcmp(argv[3], "pages");
     if (copies < 1 || passes < 1 || passes > MAX_PASSES) return 2;
     static const int layer[][2] = {{512, 256}, {256, 256}, {1536, 256}, {256, 768}};
     int ns[PRODUCTS], ks[PRODUCTS];
@@ -49,26 +58,43 @@ int main(int argc, char **argv) {
         ns[i] = i < 24 ? layer[i % 4][0] : 2048;
         ks[i] = i < 24 ? layer[i % 4][1] : 256;
     }
-    float **w = malloc((size_t)copies * PRODUCTS * sizeof(float *));
-    for (int c = 0; c < copies * PRODUCTS; c++) {
-        int i = c % PRODUCTS;
-        w[c] = aligned_alloc(64, (size_t)ns[i] * ks[i] * 4);
-        for (long j = 0; j < (long)ns[i] * ks[i]; j++) w[c][j] = (float)((j * 7 % 13) - 6) * 0.01f;
+    /* w: the first variant's weights, then (pages) the second's */
+    float **w = malloc((size_t)2 * copies * PRODUCTS * sizeof(float *));
+    size_t bytes = 0;
+    for (int i = 0; i < PRODUCTS; i++) bytes += ((size_t)ns[i] * ks[i] * 4 + 4095) / 4096 * 4096;
+    bytes *= copies;
+    for (int v = 0; v < (pages ? 2 : 1); v++) {
+        char *arena = NULL;
+        if (pages) {
+            size_t size = (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+            arena = aligned_alloc(2u << 20, size);
+            madvise(arena, size, v == 0 ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+        }
+        for (int c = 0; c < copies * PRODUCTS; c++) {
+            int i = c % PRODUCTS;
+            size_t size = (size_t)ns[i] * ks[i] * 4;
+            float *m = pages ? (float *)arena : aligned_alloc(64, size);
+            if (pages) arena += (size + 4095) / 4096 * 4096;
+            for (long j = 0; j < (long)ns[i] * ks[i]; j++) m[j] = (float)((j * 7 % 13) - 6) * 0.01f;
+            w[(size_t)v * copies * PRODUCTS + c] = m;
+        }
     }
     float *x = malloc(ROWS * 768 * 4), *y = malloc(ROWS * 2048 * 4);
     for (int i = 0; i < ROWS * 768; i++) x[i] = (i % 5) * 0.1f;
-    static const linear_fn fns[2] = {ti_f32_linear, before_f32_linear};
+    const linear_fn fns[2] = {ti_f32_linear, pages ? ti_f32_linear : before_f32_linear};
     static double ms[2][ROWS][MAX_PASSES];
     int step = 0;
     for (int p = 0; p < passes; p++)
         for (int r = 1; r <= ROWS; r++)
             for (int v = 0; v < 2; v++) {
-                float *const *m = w + (size_t)(step++ % copies) * PRODUCTS;
+                float *const *m = w + (size_t)(pages ? v : 0) * copies * PRODUCTS
+                                  + (size_t)(step++ % copies) * PRODUCTS;
                 double t0 = now();
                 for (int i = 0; i < PRODUCTS; i++) fns[v](x, r, ks[i], m[i], NULL, ns[i], ks[i], y);
                 ms[v][r - 1][p] = (now() - t0) * 1e3;
             }
-    printf("{\"copies\": %d, \"passes\": %d, \"median_ms\": {", copies, passes);
+    printf("{\"copies\": %d, \"passes\": %d, \"compared\": \"%s\", \"median_ms\": {", copies,
+           passes, pages ? "huge pages (this) / 4 KiB pages (before)" : "revisions");
     for (int v = 0; v < 2; v++) {
         double med[ROWS];
         for (int r = 0; r < ROWS; r++) {
