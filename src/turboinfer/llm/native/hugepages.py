@@ -3,10 +3,12 @@
 A decode step streams every weight once. With 4 KiB pages a tile of a few KiB is a new
 page: a TLB miss (a two-level page walk inside a virtual machine), and the hardware
 prefetcher, which does not cross a page, starts over. On the 2-core AMD EPYC guest the
-demo target's 25 fp32 products, laid out the same way, ran 1.11-1.12x faster at one row
-from 2 MiB pages than from 4 KiB ones, 1.10x at 7 rows; a whole native step 1.03x on
-the demo target and 1.02x (fp32) and 1.09x (int8) on the 110M model, where the other
-work of a step and the wider tiles leave less to gain. Where the system gives huge
+demo target's 25 fp32 products, laid out the same way, ran 1.08-1.09x faster at one row
+from 2 MiB pages than from 4 KiB ones with one copy of the model (partly kept in L3),
+1.25-1.30x with three copies (from memory), 1.05-1.35x at 4-8 rows
+(benchmarks/llm/native_f32_pages.json); a whole native step, other work included, ran
+1.03x on the demo target and 1.02x (fp32) and 1.09x (int8) on the 110M model.
+Where the system gives huge
 pages only on request (``madvise`` in /sys/kernel/mm/transparent_hugepage/enabled, the
 usual default), nothing else gets them.
 
