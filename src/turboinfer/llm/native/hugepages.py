@@ -7,10 +7,9 @@ demo target's 25 fp32 products, laid out the same way, ran 1.08-1.09x faster at 
 from 2 MiB pages than from 4 KiB ones with one copy of the model (partly kept in L3),
 1.25-1.30x with three copies (from memory), 1.05-1.35x at 4-8 rows
 (benchmarks/llm/native_f32_pages.json); a whole native step, other work included, ran
-1.03x on the demo target and 1.02x (fp32) and 1.09x (int8) on the 110M model.
-Where the system gives huge
-pages only on request (``madvise`` in /sys/kernel/mm/transparent_hugepage/enabled, the
-usual default), nothing else gets them.
+1.03x on the demo target and 1.02x (fp32) and 1.09x (int8) on the 110M model. Where the
+system gives huge pages only on request (``madvise`` in
+/sys/kernel/mm/transparent_hugepage/enabled, the usual default), nothing else gets them.
 
 The tiles are carved out of anonymous mappings of at least ``CHUNK_BYTES``, each
 advised MADV_HUGEPAGE from its first 2 MiB boundary; a slice is a tensor over the
