@@ -18,7 +18,7 @@ needs_madvise = pytest.mark.skipif(not _supported(), reason="no madvise(MADV_HUG
 
 
 @needs_madvise
-def test_a_large_tensor_is_copied_onto_a_huge_page_boundary() -> None:
+def test_a_large_tensor_is_copied_into_its_own_huge_page_memory() -> None:
     t = torch.randn(3, HUGE_PAGE // 8)          # 3 MiB of float32
     moved = on_huge_pages(t)
     assert moved is not t and moved.data_ptr() != t.data_ptr()
