@@ -264,147 +264,53 @@ static inline void prefetch_row(const float *row, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i, 0, 3);
 }
 
-/* For each sequence b: one query q[b] (heads x head_dim, q_stride floats between
- * sequences) over keys and values at positions 0..lens[b]-1 of the paged cache
- * (k_cache, v_cache: [blocks * block_size, kv_heads, head_dim]; position p sits in slot
- * tables[b, p / block_size] * block_size + p % block_size). out: [batch, heads, head_dim].
- * Softmax in float with the maximum subtracted, as SDPA does.
- *
- * The cache is walked in position order, each slot's whole row (every key-value head)
- * once for all query heads: a walk per key-value head, reading a kv_heads-th of each
- * row, ran at a third of the speed once a 16-sequence batch's keys no longer fit in the
- * cache. With AVX2 and head_dim a multiple of 8, the scores go in tiles of 4 positions
- * by up to 3 heads of a group (each chunk of a key or query loaded once per tile, the
- * tile's sums reduced together), and the values' weighted sum takes 4 positions per
- * load and store of the output. */
-int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, int64_t heads,
-                              int64_t kv_heads, int64_t head_dim, const float *k_cache,
-                              const float *v_cache, const int64_t *tables, int64_t max_blocks,
-                              int64_t block_size, const int64_t *lens, float scale, float *out) {
-    if (heads % kv_heads) return -2;
-    const int64_t group = heads / kv_heads, kv_width = kv_heads * head_dim;
-    const int vec = TD_AVX2 && head_dim % 8 == 0;
-    int64_t longest = 1;
-    for (int64_t b = 0; b < batch; b++) longest = lens[b] > longest ? lens[b] : longest;
-    /* each position's row offset in the cache [longest] | scores [heads, longest] */
-    int64_t *offset = (int64_t *)malloc((size_t)longest * sizeof(int64_t)
-                                        + (size_t)(heads * longest) * sizeof(float));
-    if (!offset) return -1;
-    float *scores = (float *)(offset + longest);
-    for (int64_t b = 0; b < batch; b++) {
-        const int64_t len = lens[b], *table = tables + b * max_blocks;
-        const float *qb = q + b * q_stride;
-        float *ob = out + b * heads * head_dim;
-        for (int64_t p = 0; p < len; p++)
-            offset[p] = (table[p / block_size] * block_size + p % block_size) * kv_width;
-        /* scores[h, p] = scale * q_h . k_p (the key of h's group) */
-        int64_t p4 = 0;
-#if TD_AVX2
-        for (; vec && p4 + 4 <= len; p4 += 4) {
-            const float *r0 = k_cache + offset[p4], *r1 = k_cache + offset[p4 + 1];
-            const float *r2 = k_cache + offset[p4 + 2], *r3 = k_cache + offset[p4 + 3];
-            for (int64_t i = p4 + PREFETCH_ROWS; i < p4 + PREFETCH_ROWS + 4 && i < len; i++)
-                prefetch_row(k_cache + offset[i], kv_width);
-            for (int64_t g = 0; g < kv_heads; g++) {
-                const int64_t at = g * head_dim;
-                for (int64_t j0 = 0; j0 < group; j0 += 3) {
-                    const float *qj = qb + (g * group + j0) * head_dim;
-                    float *sj = scores + (g * group + j0) * len + p4;
-                    const float *k0 = r0 + at, *k1 = r1 + at, *k2 = r2 + at, *k3 = r3 + at;
-                    /* constant head counts, so each call unrolls to its own FMAs */
-                    switch (group - j0 < 3 ? group - j0 : 3) {
-                    case 3: tile_scores(qj, 3, k0, k1, k2, k3, head_dim, scale, sj, len); break;
-                    case 2: tile_scores(qj, 2, k0, k1, k2, k3, head_dim, scale, sj, len); break;
-                    default: tile_scores(qj, 1, k0, k1, k2, k3, head_dim, scale, sj, len);
-                    }
-                }
-            }
-        }
-#endif
-        for (int64_t p = p4; p < len; p++) {
-            const float *row = k_cache + offset[p];
-            if (p + PREFETCH_ROWS < len)
-                prefetch_row(k_cache + offset[p + PREFETCH_ROWS], kv_width);
-            for (int64_t g = 0; g < kv_heads; g++) {
-                const float *qg = qb + g * group * head_dim, *key = row + g * head_dim;
-                float *sg = scores + g * group * len + p;
-#if TD_AVX2
-                if (vec) {
-                    group_scores(qg, key, group, head_dim, scale, sg, len);
-                    continue;
-                }
-#endif
-                for (int64_t j = 0; j < group; j++)
-                    sg[j * len] = scale * dot(qg + j * head_dim, key, head_dim);
-            }
-        }
-        for (int64_t h = 0; h < heads; h++) softmax_span(scores + h * len, len);
-        memset(ob, 0, (size_t)(heads * head_dim) * sizeof(float));
-        int64_t p = 0;
-#if TD_AVX2
-        for (; vec && p + 4 <= len; p += 4) {
-            const float *v0 = v_cache + offset[p], *v1 = v_cache + offset[p + 1];
-            const float *v2 = v_cache + offset[p + 2], *v3 = v_cache + offset[p + 3];
-            for (int64_t i = p + PREFETCH_ROWS; i < p + PREFETCH_ROWS + 4 && i < len; i++)
-                prefetch_row(v_cache + offset[i], kv_width);
-            for (int64_t h = 0, g = 0; g < kv_heads; g++) {
-                const int64_t at = g * head_dim;
-                for (int64_t j = 0; j < group; j++, h++)
-                    axpy4(scores + h * len + p, v0 + at, v1 + at, v2 + at, v3 + at,
-                          ob + h * head_dim, head_dim);
-            }
-        }
-#endif
-        for (; p < len; p++) {
-            const float *row = v_cache + offset[p];
-            for (int64_t h = 0, g = 0; g < kv_heads; g++)
-                for (int64_t j = 0; j < group; j++, h++)
-                    axpy(scores[h * len + p], row + g * head_dim, ob + h * head_dim, head_dim);
-        }
-    }
-    free(offset);
-    return 0;
-}
-
 /* The first of a step's rows (row r at position start + r) that attends to position p. */
 static inline int64_t first_row(int64_t p, int64_t start) { return p > start ? p - start : 0; }
 
-#if TD_AVX2
-/* A few query rows of one sequence (rows new tokens at positions start.., row r attends
- * to positions 0..start + r; q: qkv's rows, width floats apart) in one walk over the
- * cache: each key and value row is read once for every row's heads instead of once per
- * row (a 5-row verification of the demo model at position 150 spent a quarter of its
- * time re-reading the cache row by row). A row's scores, softmax and weighted sum are
- * the same operations in the same order as ti_paged_decode_attention's for that row
- * alone, so the result is the same to the bit; positions past a row's own are given
- * weight zero. Needs head_dim a multiple of 8; -1: no memory. */
-static int rows_attention(const float *q, int64_t rows, int64_t width, int64_t heads,
-                          int64_t kv_heads, int64_t head_dim, const float *k_cache,
-                          const float *v_cache, const int64_t *table, int64_t block_size,
-                          int64_t start, float scale, float *out) {
+/* `rows` query rows of one sequence (new tokens at positions start.., row r attends to
+ * positions 0..start + r; row r's query at q + r * q_stride) over its keys and values in
+ * the paged cache; out: [rows, heads, head_dim]. offset ([start + rows]) and scores
+ * ([rows, heads, start + rows]) are the caller's scratch.
+ *
+ * The cache is walked in position order, each slot's whole row (every key-value head)
+ * read once for every row's query heads: a walk per key-value head, reading a
+ * kv_heads-th of each row, ran at a third of the speed once a 16-sequence batch's keys
+ * no longer fit in the cache, and a walk per query row had re-read the cache row by row
+ * (a 5-row verification of the demo model at position 150 spent a quarter of its time
+ * so). A row's scores, softmax and weighted sum are the same operations in the same order
+ * as for that row alone, so its result is the same to the bit; positions past a row's
+ * own get weight zero. With AVX2 and head_dim a multiple of 8, the scores go in tiles of
+ * 4 positions by up to 3 heads of a group (each chunk of a key or query loaded once per
+ * tile, the tile's sums reduced together), and the values' weighted sum takes 4
+ * positions per load and store of the output. */
+static void attend_rows(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
+                        int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                        const float *v_cache, const int64_t *table, int64_t block_size,
+                        int64_t start, float scale, float *out, int64_t *offset,
+                        float *scores) {
     const int64_t group = heads / kv_heads, kv_width = kv_heads * head_dim;
     const int64_t total = start + rows, q_size = heads * head_dim;
-    /* each position's row offset [total] | scores [rows, heads, total] */
-    int64_t *offset = (int64_t *)malloc((size_t)total * sizeof(int64_t)
-                                        + (size_t)(rows * heads * total) * sizeof(float));
-    if (!offset) return -1;
-    float *scores = (float *)(offset + total);
+    const int vec = TD_AVX2 && head_dim % 8 == 0;
+    (void)vec;                  /* the AVX2 paths only */
     for (int64_t p = 0; p < total; p++)
         offset[p] = (table[p / block_size] * block_size + p % block_size) * kv_width;
+    /* scores[r, h, p] = scale * q_{r,h} . k_p (the key of h's group) */
     int64_t p4 = 0;
-    for (; p4 + 4 <= total; p4 += 4) {
+#if TD_AVX2
+    for (; vec && p4 + 4 <= total; p4 += 4) {
         const float *r0 = k_cache + offset[p4], *r1 = k_cache + offset[p4 + 1];
         const float *r2 = k_cache + offset[p4 + 2], *r3 = k_cache + offset[p4 + 3];
         for (int64_t i = p4 + PREFETCH_ROWS; i < p4 + PREFETCH_ROWS + 4 && i < total; i++)
             prefetch_row(k_cache + offset[i], kv_width);
         for (int64_t r = first_row(p4, start); r < rows; r++) {
-            const float *qr = q + r * width;
+            const float *qr = q + r * q_stride;
             for (int64_t g = 0; g < kv_heads; g++) {
                 const int64_t at = g * head_dim;
                 for (int64_t j0 = 0; j0 < group; j0 += 3) {
                     const float *qj = qr + (g * group + j0) * head_dim;
                     float *sj = scores + (r * heads + g * group + j0) * total + p4;
                     const float *k0 = r0 + at, *k1 = r1 + at, *k2 = r2 + at, *k3 = r3 + at;
+                    /* constant head counts, so each call unrolls to its own FMAs */
                     switch (group - j0 < 3 ? group - j0 : 3) {
                     case 3: tile_scores(qj, 3, k0, k1, k2, k3, head_dim, scale, sj, total); break;
                     case 2: tile_scores(qj, 2, k0, k1, k2, k3, head_dim, scale, sj, total); break;
@@ -414,13 +320,25 @@ static int rows_attention(const float *q, int64_t rows, int64_t width, int64_t h
             }
         }
     }
+#endif
     for (int64_t p = p4; p < total; p++) {
         const float *row = k_cache + offset[p];
+        if (p + PREFETCH_ROWS < total)
+            prefetch_row(k_cache + offset[p + PREFETCH_ROWS], kv_width);
         for (int64_t r = first_row(p, start); r < rows; r++)
-            for (int64_t g = 0; g < kv_heads; g++)
-                group_scores(q + r * width + g * group * head_dim, row + g * head_dim, group,
-                             head_dim, scale, scores + (r * heads + g * group) * total + p,
-                             total);
+            for (int64_t g = 0; g < kv_heads; g++) {
+                const float *qg = q + r * q_stride + g * group * head_dim;
+                const float *key = row + g * head_dim;
+                float *sg = scores + (r * heads + g * group) * total + p;
+#if TD_AVX2
+                if (vec) {
+                    group_scores(qg, key, group, head_dim, scale, sg, total);
+                    continue;
+                }
+#endif
+                for (int64_t j = 0; j < group; j++)
+                    sg[j * total] = scale * dot(qg + j * head_dim, key, head_dim);
+            }
     }
     for (int64_t r = 0; r < rows; r++) {
         const int64_t len = start + r + 1;
@@ -432,7 +350,8 @@ static int rows_attention(const float *q, int64_t rows, int64_t width, int64_t h
     }
     memset(out, 0, (size_t)(rows * q_size) * sizeof(float));
     int64_t p = 0;
-    for (; p + 4 <= total; p += 4) {
+#if TD_AVX2
+    for (; vec && p + 4 <= total; p += 4) {
         const float *v0 = v_cache + offset[p], *v1 = v_cache + offset[p + 1];
         const float *v2 = v_cache + offset[p + 2], *v3 = v_cache + offset[p + 3];
         for (int64_t i = p + PREFETCH_ROWS; i < p + PREFETCH_ROWS + 4 && i < total; i++)
@@ -445,6 +364,7 @@ static int rows_attention(const float *q, int64_t rows, int64_t width, int64_t h
                           v3 + at, out + r * q_size + h * head_dim, head_dim);
             }
     }
+#endif
     for (; p < total; p++) {
         const float *row = v_cache + offset[p];
         for (int64_t r = first_row(p, start); r < rows; r++)
@@ -453,10 +373,40 @@ static int rows_attention(const float *q, int64_t rows, int64_t width, int64_t h
                     axpy(scores[(r * heads + h) * total + p], row + g * head_dim,
                          out + r * q_size + h * head_dim, head_dim);
     }
+}
+
+/* attend_rows' scratch for rows query rows over up to `positions` positions; NULL: no
+ * memory. One allocation, freed with free(*offset). */
+static int64_t *attention_scratch(int64_t rows, int64_t heads, int64_t positions,
+                                  float **scores) {
+    int64_t *offset = (int64_t *)malloc((size_t)positions * sizeof(int64_t)
+                                        + (size_t)(rows * heads * positions) * sizeof(float));
+    *scores = offset ? (float *)(offset + positions) : NULL;
+    return offset;
+}
+
+/* For each sequence b: one query q[b] (heads x head_dim, q_stride floats between
+ * sequences) over keys and values at positions 0..lens[b]-1 of the paged cache
+ * (k_cache, v_cache: [blocks * block_size, kv_heads, head_dim]; position p sits in slot
+ * tables[b, p / block_size] * block_size + p % block_size). out: [batch, heads, head_dim].
+ * Softmax in float with the maximum subtracted, as SDPA does; the walk is attend_rows'. */
+int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, int64_t heads,
+                              int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                              const float *v_cache, const int64_t *tables, int64_t max_blocks,
+                              int64_t block_size, const int64_t *lens, float scale, float *out) {
+    if (heads % kv_heads) return -2;
+    int64_t longest = 1;
+    for (int64_t b = 0; b < batch; b++) longest = lens[b] > longest ? lens[b] : longest;
+    float *scores;
+    int64_t *offset = attention_scratch(1, heads, longest, &scores);
+    if (!offset) return -1;
+    for (int64_t b = 0; b < batch; b++)
+        attend_rows(q + b * q_stride, 1, q_stride, heads, kv_heads, head_dim, k_cache, v_cache,
+                    tables + b * max_blocks, block_size, lens[b] - 1, scale,
+                    out + b * heads * head_dim, offset, scores);
     free(offset);
     return 0;
 }
-#endif
 
 /* ---- a whole step of one sequence ----------------------------------------------- */
 
@@ -496,15 +446,18 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
                    const float *final_norm, const float *cos, const float *sin_signed,
                    const int64_t *table, int64_t block_size, int64_t start, int64_t rows,
                    float *x) {
+    if (heads % kv_heads) return -2;
     const int64_t width = (heads + 2 * kv_heads) * head_dim, q_size = heads * head_dim;
-    const int64_t max_blocks = (start + rows - 1) / block_size + 1;
     /* positions | slots, then h | qkv | attn | delta | gate_up | act, all per row */
     int64_t *positions = (int64_t *)malloc((size_t)(2 * rows) * sizeof(int64_t));
     float *buf = (float *)malloc((size_t)(rows * (2 * hidden + width + q_size + 3 * inner))
                                  * sizeof(float));
-    if (!positions || !buf) {
+    float *att_scores;
+    int64_t *att_offset = attention_scratch(rows, heads, start + rows, &att_scores);
+    if (!positions || !buf || !att_offset) {
         free(positions);
         free(buf);
+        free(att_offset);
         return -1;
     }
     int64_t *slots = positions + rows;
@@ -522,20 +475,9 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
         if ((rc = run_linear(&l->qkv, h, rows, qkv))) break;
         if ((rc = ti_rope_kv(qkv, rows, heads, kv_heads, head_dim, cos, sin_signed, positions,
                              l->k_cache, l->v_cache, slots))) break;
-#if TD_AVX2
-        if (rows > 1 && head_dim % 8 == 0 && heads % kv_heads == 0) {
-            if ((rc = rows_attention(qkv, rows, width, heads, kv_heads, head_dim, l->k_cache,
-                                     l->v_cache, table, block_size, start, scale, attn)))
-                break;
-        } else
-#endif
-        for (int64_t r = 0; r < rows && rc == 0; r++) {
-            const int64_t len = start + r + 1;
-            rc = ti_paged_decode_attention(qkv + r * width, 1, width, heads, kv_heads, head_dim,
-                                           l->k_cache, l->v_cache, table, max_blocks, block_size,
-                                           &len, scale, attn + r * q_size);
-        }
-        if (rc || (rc = run_linear(&l->o, attn, rows, delta))) break;
+        attend_rows(qkv, rows, width, heads, kv_heads, head_dim, l->k_cache, l->v_cache,
+                    table, block_size, start, scale, attn, att_offset, att_scores);
+        if ((rc = run_linear(&l->o, attn, rows, delta))) break;
         add_into(x, delta, rows * hidden);
         ti_rms_norm(x, rows, hidden, l->norm2, eps, h);
         if ((rc = run_linear(&l->gate_up, h, rows, gate_up))) break;
@@ -546,6 +488,7 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
     if (rc == 0) ti_rms_norm(x, rows, hidden, final_norm, eps, x);
     free(positions);
     free(buf);
+    free(att_offset);
     return rc;
 }
 
