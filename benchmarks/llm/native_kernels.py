@@ -210,6 +210,24 @@ def baseline_library(rev: str) -> Any:
     return NativeLibrary(library)
 
 
+def _write_rows_result(args: argparse.Namespace, started: float, load_start: Any,
+                       **fields: Any) -> None:
+    """``--int8-rows`` and ``--f32-rows``: the run's record (machine, commits, load) and
+    ``fields``, to ``args.out``."""
+    import torch
+
+    def commit(rev: str) -> str:
+        return subprocess.run(["git", "rev-parse", "--short", rev], cwd=HERE, text=True,
+                              capture_output=True).stdout.strip()
+
+    result = {"machine": machine(), "torch": torch.__version__, "threads": 1,
+              "command": " ".join(sys.argv), "commit": commit("HEAD"),
+              "baseline": args.baseline and commit(args.baseline),
+              "load_average_start": load_start, "load_average_end": os.getloadavg(),
+              "seconds": time.time() - started, "rounds": args.rounds, **fields}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 def _rotated(build: Any, weight: Any, rows: int, hot: bool = False) -> list[Any]:
     """One kernel and as many copies of it as the load-time measurement rotates through,
     so that calls read the weights from memory as a model's layers do (``hot``: one copy,
@@ -297,17 +315,8 @@ def int8_rows(args: argparse.Namespace) -> None:
             selection.append({"shape": shape, **choice.to_dict()})
             print(f"load-time choice {shape} @{rows}: {choice.chosen} " + ", ".join(
                 f"{n_} {v:.3f}" for n_, v in choice.timings_ms.items()), flush=True)
-    def commit(rev: str) -> str:
-        return subprocess.run(["git", "rev-parse", "--short", rev], cwd=HERE, text=True,
-                              capture_output=True).stdout.strip()
-
-    result = {"machine": machine(), "torch": torch.__version__, "threads": 1,
-              "command": " ".join(sys.argv), "commit": commit("HEAD"),
-              "baseline": args.baseline and commit(args.baseline),
-              "load_average_start": load_start, "load_average_end": os.getloadavg(),
-              "seconds": time.time() - started, "rounds": args.rounds, "kernels": results,
-              "load_time_selection": selection}
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    _write_rows_result(args, started, load_start, kernels=results,
+                       load_time_selection=selection)
 
 
 # The demo model's linear shapes (hidden 256, FFN 768, vocab 2048) beside the 110M one's.
@@ -365,18 +374,9 @@ def f32_rows(args: argparse.Namespace) -> None:
                 flush=True)
             del kernels
 
-    def commit(rev: str) -> str:
-        return subprocess.run(["git", "rev-parse", "--short", rev], cwd=HERE, text=True,
-                              capture_output=True).stdout.strip()
-
-    result = {"machine": machine(), "torch": torch.__version__, "threads": 1,
-              "command": " ".join(sys.argv), "commit": commit("HEAD"),
-              "baseline": args.baseline and commit(args.baseline),
-              "load_average_start": load_start, "load_average_end": os.getloadavg(),
-              "seconds": time.time() - started, "rounds": args.rounds,
-              "weights": "one copy, in cache" if args.hot else "rotated through copies",
-              "kernels": results}
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    _write_rows_result(args, started, load_start,
+                       weights="one copy, in cache" if args.hot else "rotated through copies",
+                       kernels=results)
 
 
 def machine() -> dict[str, Any]:
