@@ -74,9 +74,11 @@ def test_tune_with_labels_enforces_the_budget(mlp: Path, tmp_path: Path) -> None
     assert reference is not None
     assert report.optimize.metric is not None and report.optimize.metric.name == "top1"
     for m in report.candidates:
-        moved = abs((m.candidate.metric or 0) - reference) > 0.01
-        assert m.candidate.within_budget is (not moved)
-        assert not (moved and m.eligible)
+        # A budget bounds the drop only: a variant that scores above FP32 (it happens
+        # on some CPUs) is within it.
+        dropped = reference - (m.candidate.metric or 0) > 0.01
+        assert m.candidate.within_budget is (not dropped)
+        assert not (dropped and m.eligible)
     assert report.best is not None and report.best.candidate.within_budget
     data = json.loads((report.work / "report.json").read_text())
     assert data["max_accuracy_drop"] == {"value": 0.01, "relative": False, "text": "0.01"}

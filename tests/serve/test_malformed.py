@@ -93,6 +93,17 @@ BAD_JSON = [
     Case("invalid-utf8", b'{"inputs": "\xff\xfe"}'),
     Case("nan-literal", b'{"inputs": NaN}'),
     Case("nested-too-deep", b"[" * 5000 + b"]" * 5000),
+    # Past the size where the parser that builds objects as it reads takes over.
+    Case("nested-100k-deep", b"[" * 100_000 + b"]" * 100_000),
+    Case("nested-100k-objects", b'{"a":' * 100_000 + b"1" + b"}" * 100_000),
+    Case("repository-load-nested", b"[" * 100_000 + b"]" * 100_000,
+         path="/v2/repository/models/affine/load"),
+    Case("repository-unload-not-json", b"{not json", path="/v2/repository/models/affine/unload"),
+    Case("repository-index-nested", b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+         path="/v2/repository/index"),
+    Case("repository-load-config-override", _doc(parameters={"config": "{}"}),
+         path="/v2/repository/models/affine/load"),
+    Case("repository-index-ready-string", _doc(ready="yes"), path="/v2/repository/index"),
 ]
 WRONG_TYPES = [
     Case("no-inputs", _doc(id="a")),

@@ -19,6 +19,7 @@ from starlette.routing import Route
 
 from turboinfer.errors import (
     ErrorReply,
+    InvalidInputError,
     TurboinferError,
     UnavailableError,
     UnknownModelError,
@@ -26,6 +27,7 @@ from turboinfer.errors import (
 )
 from turboinfer.serve.core import ServerCore
 from turboinfer.serve.http_infer import InferEndpoint
+from turboinfer.serve.json_body import parse_json_object
 from turboinfer.serve.metrics import CONTENT_TYPE
 from turboinfer.serve.request_log import refused, refused_with
 
@@ -90,13 +92,21 @@ class HttpApi:
                                                   _version(request)))
 
     async def repository_index(self, request: Request) -> Response:
-        return json_response(self.core.repository_index())
+        params = await _control_body(request, {"ready"})
+        if not isinstance(params.get("ready", False), bool):
+            raise InvalidInputError("'ready' must be true or false")
+        index = self.core.repository_index()
+        if params.get("ready") is True:
+            index = [entry for entry in index if entry.get("state") == "READY"]
+        return json_response(index)
 
     async def load(self, request: Request) -> Response:
+        await _control_body(request, set())
         await self.core.load(request.path_params["model"])
         return json_response({})
 
     async def unload(self, request: Request) -> Response:
+        await _control_body(request, {"unload_dependents"})
         await self.core.unload(request.path_params["model"])
         return json_response({})
 
@@ -123,6 +133,23 @@ class HttpApi:
             Route("/v2/repository/models/{model}/unload", self.unload, methods=["POST"]),
             Route("/metrics", self.metrics),
         ]
+
+
+async def _control_body(request: Request, accepted: set[str]) -> dict[str, Any]:
+    """The repository API's optional body, ``{"parameters": {...}}`` as Triton's clients send
+    it (the index also takes ``ready`` at the top level): a malformed body or a parameter
+    this server does not carry out is a 400, never silently ignored."""
+    doc = parse_json_object(await request.body())
+    params = doc.get("parameters", {})
+    if not isinstance(params, dict):
+        raise InvalidInputError("'parameters' must be a JSON object")
+    merged = {**{k: v for k, v in doc.items() if k != "parameters"}, **params}
+    unknown = sorted(set(merged) - accepted)
+    if unknown:
+        raise InvalidInputError(f"unsupported repository parameter(s): {', '.join(unknown)} "
+                                "(model overrides are not loaded from requests; edit the "
+                                "repository entry instead)")
+    return merged
 
 
 def create_app(core: ServerCore) -> InferEndpoint:

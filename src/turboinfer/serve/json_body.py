@@ -5,6 +5,9 @@ float tensor data its peak is many times the body. msgspec makes the Python obje
 it reads, peaking near the body's size (tests/serve/test_body_limits.py bounds it);
 below ``LARGE_JSON_BYTES``
 orjson is kept, as the two are alike there and it serves every other JSON path.
+
+orjson refuses documents nested deeper than 1024 levels; msgspec recurses until Python's
+recursion limit, which is caught here so that a deep body is a 400 like any other.
 """
 
 from __future__ import annotations
@@ -28,3 +31,15 @@ def parse_json(data: bytes | memoryview) -> Any:
         return _decode(data)
     except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
         raise InvalidInputError(f"malformed JSON in request body: {exc}") from None
+    except RecursionError:
+        raise InvalidInputError("malformed JSON in request body: nested too deeply") from None
+
+
+def parse_json_object(data: bytes) -> dict[str, Any]:
+    """An optional JSON object body (a control-plane request): empty is ``{}``."""
+    if not data.strip():
+        return {}
+    doc = parse_json(data)
+    if not isinstance(doc, dict):
+        raise InvalidInputError("the request body must be a JSON object")
+    return doc

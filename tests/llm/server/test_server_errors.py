@@ -60,10 +60,22 @@ def test_bad_chat_request(server: Server, change: dict[str, Any], param: str) ->
     _check_error(code, body, 400, param)
 
 
-@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"", b"\xff\xfe"])
-def test_invalid_json(server: Server, raw: bytes) -> None:
-    code, _, body = server.post("/v1/completions", raw)
+DEEP_ARRAY = b"[" * 100_000 + b"]" * 100_000
+DEEP_OBJECT = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"", b"\xff\xfe", DEEP_ARRAY,
+                                 DEEP_OBJECT])
+def test_invalid_json(server: Server, path: str, raw: bytes) -> None:
+    code, _, body = server.post(path, raw)
     _check_error(code, body, 400, None)
+
+
+@pytest.mark.parametrize("raw", [DEEP_ARRAY, DEEP_OBJECT, b"{not json"])
+def test_invalid_json_at_the_oip_generate_door(server: Server, raw: bytes) -> None:
+    code, _, body = server.post("/v2/models/demo/generate", raw)
+    assert code == 400 and "error" in body and "Traceback" not in str(body)
 
 
 def test_the_official_client_sees_typed_errors(server: Server) -> None:

@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from turboinfer.errors import InvalidInputError, UnknownModelError, reply_for
+from turboinfer.errors import UnknownModelError, reply_for
 from turboinfer.llm.server.asgi import EventStream, completed
 from turboinfer.llm.server.generation import ClientGoneError, Generation, ServerState
 from turboinfer.llm.server.openai_format import final_text, finish_reason
-from turboinfer.llm.server.protocol import GenerateRequest, validate
+from turboinfer.llm.server.protocol import GenerateRequest, load_body, validate
 from turboinfer.llm.server.textstream import TextStream
 
 VERSION = "1"
@@ -43,10 +43,7 @@ class GenerateRoutes:
         name = request.path_params["name"]
         if name != self.state.settings.model_name:
             raise UnknownModelError(f"unknown model {name!r}")
-        try:
-            data: Any = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise InvalidInputError(f"the body is not valid JSON ({exc})") from None
+        data: Any = load_body(await request.body())
         if isinstance(data, dict) and isinstance(data.get("parameters"), dict):
             data = {**data.pop("parameters"), **data}
         req = validate(GenerateRequest, data)

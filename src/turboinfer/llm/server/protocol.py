@@ -142,11 +142,16 @@ class GenerateRequest(_Body):
 
 def parse(model: type[M], body: bytes) -> M:
     """JSON bytes -> a validated request, or an ``InvalidInputError`` naming the field."""
+    return validate(model, load_body(body))
+
+
+def load_body(body: bytes) -> Any:
+    """JSON bytes -> Python objects; malformed or too deeply nested JSON (orjson stops at
+    1024 levels) is an ``InvalidInputError``."""
     try:
-        data = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise InvalidInputError(f"the body is not valid JSON ({exc})") from None
-    return validate(model, data)
 
 
 def validate(model: type[M], data: Any) -> M:
