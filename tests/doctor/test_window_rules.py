@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from turboinfer.doctor import Finding, Inputs
-from turboinfer.doctor.rules import batching, latency
+from turboinfer.doctor.rules import batching, latency, window
 from turboinfer.doctor.server import Percentiles, ServerWindow
 
 WINDOW = ServerWindow(
@@ -74,3 +74,58 @@ def test_a_busy_server_is_not_client_bound() -> None:
     finding = batching.client_bound(Inputs(server=idle))
     assert isinstance(finding, Finding)
     assert finding.symptom == "resnet18: 2.0 requests/s kept the server busy 3% of 30 s"
+
+
+# digits-cnn behind a fixed 5 ms window, 2 closed-loop clients (the figures of a real
+# 30 s window: 357 requests/s, queue 4.22 ms against compute 0.33 ms, batches of 2).
+FIXED_WINDOW = replace(
+    WINDOW, model="digits-cnn", requests=357.0 * 30, queue_mean_ms=4.22, compute_mean_ms=0.33,
+    request=Percentiles(p50_ms=4.9, p99_ms=5.6, mean_ms=4.8),
+    queue=Percentiles(p50_ms=4.5, p99_ms=5.0, mean_ms=4.22),
+    compute=Percentiles(p50_ms=0.3, p99_ms=0.5, mean_ms=0.33), avg_batch=2.0,
+    max_batch_size=32, batch_efficiency=2.0 / 32, max_pending=2.0, cpu_cores=0.3,
+    max_queue_delay_ms=5.0)
+
+
+def test_a_window_that_waits_for_batches_that_never_fill_is_named() -> None:
+    finding = window.batch_window(Inputs(server=FIXED_WINDOW))
+    assert isinstance(finding, Finding)
+    assert finding.rule == "batch_window"
+    assert finding.evidence == ("queue 4.22 ms per request against max_queue_delay 5 ms "
+                                "while batches averaged 2.00 rows of max_batch_size 32, "
+                                "at most 2 pending; a batch computes in 0.33 ms")
+    # The fix lowers the delay; it never proposes the one in force.
+    assert finding.fix.startswith("config.yaml: dynamic_batching: {max_queue_delay_ms: 0.33}")
+    # Neither more instances nor a (longer) delay: the other rules leave it to this one.
+    assert latency.queueing(Inputs(server=FIXED_WINDOW)) is None
+    assert batching.batch_efficiency(Inputs(server=FIXED_WINDOW)) is None
+
+
+def test_a_window_whose_batches_fill_passes() -> None:
+    filling = replace(FIXED_WINDOW, avg_batch=28.0, batch_efficiency=28.0 / 32)
+    assert window.batch_window(Inputs(server=filling)) is None
+    no_delay = replace(FIXED_WINDOW, max_queue_delay_ms=0.0)
+    assert window.batch_window(Inputs(server=no_delay)) is None
+    unknown = replace(FIXED_WINDOW, max_queue_delay_ms=None)
+    assert window.batch_window(Inputs(server=unknown)) is None
+
+
+def test_small_batches_without_waiting_propose_a_delay_not_in_force() -> None:
+    """Queue short against the delay: the batcher did not wait; a longer wait than the
+    one set is proposed, never the same."""
+    short_queue = replace(FIXED_WINDOW, queue_mean_ms=0.4, max_pending=6.0)
+    assert window.batch_window(Inputs(server=short_queue)) is None
+    finding = batching.batch_efficiency(Inputs(server=short_queue))
+    assert isinstance(finding, Finding)
+    assert finding.fix.startswith("config.yaml: dynamic_batching: {max_queue_delay_ms: 10}")
+    unset = replace(short_queue, max_queue_delay_ms=0.0)
+    finding = batching.batch_efficiency(Inputs(server=unset))
+    assert isinstance(finding, Finding)
+    assert finding.fix.startswith("config.yaml: dynamic_batching: {max_queue_delay_ms: 5}")
+
+
+def test_the_proposed_delay_is_below_the_one_in_force() -> None:
+    assert window.proposed_delay_ms(5.0, 0.33) == 0.33
+    assert window.proposed_delay_ms(5.0, 9.0) == 1.25  # at most a quarter of today's
+    assert window.proposed_delay_ms(5.0, None) == 1.25
+    assert window.proposed_delay_ms(0.1, 0.02) == 0.0

@@ -1,5 +1,5 @@
 """The adaptive batch wait: a lone request never waits; waiting starts only on evidence
-that it pays, and stops when it does not."""
+that it pays, and stops when it does not or when every sender is already in."""
 
 from __future__ import annotations
 
@@ -8,8 +8,15 @@ import asyncio
 import pytest
 from test_batcher import make, rows, run
 
-from turboinfer.serve.batch_window import AT_ONCE, FULL, BatchWindow
-from turboinfer.serve.batcher import BatchingSettings
+from turboinfer.serve.batch_window import (
+    ALL_IN,
+    AT_ONCE,
+    FULL,
+    WAITED,
+    BatchWindow,
+    SenderCount,
+)
+from turboinfer.serve.batcher import Batcher, BatchingSettings
 
 MAX = 0.008  # 8 ms, in seconds
 
@@ -105,3 +112,64 @@ def test_arrivals_overlapping_a_running_batch_make_the_next_one_wait_for_more() 
         await batcher.close()
 
     run(scenario())
+
+
+def test_a_batch_goes_once_every_sender_is_in() -> None:
+    """Two closed-loop clients: once both requests are in, no third can come."""
+    window = BatchWindow(MAX)
+    window.arrived(1.0, queue_was_empty=True, waiting=1)
+    window.dispatched(1.0, requests=1)
+    window.arrived(1.0001, queue_was_empty=True, waiting=1)  # two in the server at once
+    window.finished(requests=1)
+    assert window.senders.peak == 2 and window.window_s > 0
+    window.dispatched(1.0002, requests=1)
+    window.finished(requests=1)
+    # A comes back first: the second sender is still expected, so it waits.
+    window.arrived(1.0003, queue_was_empty=True, waiting=1)
+    wait_s, reason = window.wait_s(oldest_arrival=1.0003, now=1.0003, waiting=1)
+    assert wait_s > 0 and reason == WAITED
+    window.arrived(1.00031, queue_was_empty=False, waiting=2)
+    assert window.wait_s(oldest_arrival=1.0003, now=1.00031, waiting=2) == (0.0, ALL_IN)
+    # A request running counts as a sender that cannot send now.
+    window.dispatched(1.0004, requests=1)
+    assert window.wait_s(oldest_arrival=1.0003, now=1.0004, waiting=1) == (0.0, ALL_IN)
+
+
+def test_the_sender_count_forgets_clients_that_left() -> None:
+    senders = SenderCount(horizon_s=1.0)
+    senders.saw(32, now=0.0)
+    senders.saw(2, now=1.5)
+    assert senders.peak == 32  # the bucket before still counts
+    senders.saw(2, now=2.6)
+    assert senders.peak == 2
+    senders.saw(1, now=10.0)  # a long silence: nothing from before counts
+    assert senders.peak == 1
+
+
+def test_closed_loop_clients_never_wait_out_the_window() -> None:
+    """Two and four clients, each sending its next request when the last is answered,
+    under a 30 s delay: every batch goes when all are in, none waits the delay out."""
+    async def client(batcher: Batcher, value: int, rounds: int) -> None:
+        await asyncio.sleep(0.01 if value else 0.0)  # the others come while 0's batch runs
+        for _ in range(rounds):
+            result = await batcher.submit(rows(value), 1)
+            assert float(result["y"][0, 0]) == 2.0 * value
+
+    async def scenario(clients: int) -> None:
+        batcher, (session,) = make(BatchingSettings(max_batch_size=32,
+                                                    max_queue_delay_s=30.0))
+        session.gate.clear()  # the first batch runs until the others have arrived
+        # Client 0's first request ran alone, so it sends one more and all end together
+        # (a client that leaves costs the others one wait, bounded by the window).
+        loops = asyncio.gather(*(client(batcher, i, 20 + (i == 0)) for i in range(clients)))
+        await asyncio.sleep(0.03)
+        assert batcher._queue.window.window_s > 0  # they would have shared it
+        session.gate.set()
+        await asyncio.wait_for(loops, 25.0)
+        assert WAITED not in batcher.dispatch_reasons, batcher.dispatch_reasons
+        assert batcher.dispatch_reasons.get(ALL_IN, 0) > 0
+        assert sum(b.shape[0] for b in session.batches) == 20 * clients + 1
+        await batcher.close()
+
+    for clients in (2, 4):
+        run(scenario(clients))

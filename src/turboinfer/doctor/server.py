@@ -80,6 +80,9 @@ class ServerWindow:
     cpu_wait_seconds: float | None = None
     usable_cores: float | None = None
     gpus: tuple[GpuUse, ...] = ()
+    # The batch window's bound from the server's config door (Triton's
+    # max_queue_delay_microseconds); 0 without dynamic batching, None when unknown.
+    max_queue_delay_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (vars(v) if isinstance(v, Percentiles) else
@@ -142,7 +145,18 @@ def observe(url: str, *, model: str | None, seconds: float) -> ServerWindow:
         cpu_cores=side.cpu_cores, instances=int(groups[0].get("count", 1)),
         failure_reasons=failure_reasons(start, end, model),
         cpu_seconds=_delta(start, end, CPU_SECONDS), cpu_wait_seconds=_delta(start, end, CPU_WAIT),
-        usable_cores=end.total(USABLE_CORES, model), gpus=gpu_use(scrapes))
+        usable_cores=end.total(USABLE_CORES, model), gpus=gpu_use(scrapes),
+        max_queue_delay_ms=queue_delay_ms(config))
+
+
+def queue_delay_ms(config: dict[str, Any]) -> float | None:
+    """The batch window's bound in a Triton-format model config."""
+    if not config:
+        return None
+    batching = config.get("dynamic_batching")
+    if not isinstance(batching, dict):
+        return 0.0
+    return float(batching.get("max_queue_delay_microseconds", 0)) / 1e3
 
 
 def _delta(start: Snapshot, end: Snapshot, names: tuple[str, ...]) -> float | None:

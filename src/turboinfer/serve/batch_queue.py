@@ -83,8 +83,9 @@ class BatchQueue:
         if level is None:
             level = self._levels[priority] = deque()
         level.append(item)
-        self.window.arrived(item.arrival, queue_was_empty=not self._count)
         self._count += 1
+        self.window.arrived(item.arrival, queue_was_empty=self._count == 1,
+                            waiting=self._count)
         self._rows += item.rows
         self._wake()
 
@@ -93,9 +94,10 @@ class BatchQueue:
         self.closed = True
         self._wake()
 
-    def finished(self) -> None:
-        """A batch taken from here has been run (the window counts running batches)."""
-        self.window.finished()
+    def finished(self, requests: int) -> None:
+        """A batch of ``requests`` taken from here has been run (the window counts running
+        batches and their requests)."""
+        self.window.finished(requests)
 
     def fail_all(self, error: Exception) -> None:
         for level in self._levels.values():
@@ -120,7 +122,7 @@ class BatchQueue:
             reason = await self._fill()
         batch = self.take()
         if batch:
-            self.window.dispatched(time.perf_counter())
+            self.window.dispatched(time.perf_counter(), len(batch))
             self.reasons[reason] += 1
         return batch
 
@@ -130,20 +132,20 @@ class BatchQueue:
         settings, window = self.settings, self.window
         target = max(settings.preferred_batch_sizes, default=settings.max_batch_size)
         oldest, rows = self._oldest_arrival(), self._rows
-        reason = AT_ONCE
+        reason, waited = AT_ONCE, False
         while not self.closed:
             if self._rows >= target:
-                if reason == AT_ONCE:
-                    return FULL  # full without waiting: nothing to learn about waits
                 reason = FULL
                 break
-            slack = window.slack(oldest, time.perf_counter())
-            if slack <= 0:
+            wait_s, reason = window.wait_s(oldest, time.perf_counter(), self._count)
+            if wait_s <= 0:
                 break
-            reason = WAITED
-            await self._wait(slack)
-        if reason != AT_ONCE:
+            waited = True
+            await self._wait(wait_s)
+        if waited:  # a wait that was not needed teaches the window nothing
             window.waited(joined=self._rows > rows)
+            if reason == AT_ONCE:
+                reason = WAITED  # the window's slack ran out
         return reason
 
     async def _wait(self, timeout_s: float | None) -> None:

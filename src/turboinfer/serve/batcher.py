@@ -157,7 +157,7 @@ class Batcher:
                 await _one_by_one(instance, batch)
         finally:
             release(deadlines)
-            self._queue.finished()
+            self._queue.finished(len(batch))
             self.pool.release(instance)
 
     async def drain(self, timeout_s: float = 30.0) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 from turboinfer.doctor.findings import Finding, Outcome, Rule, Severity
 from turboinfer.doctor.inputs import Inputs
 from turboinfer.doctor.rules.latency import MIN_REQUESTS, QUEUE_SHARE
+from turboinfer.doctor.rules.window import waits_out_the_window
 from turboinfer.doctor.server import ServerWindow
 
 LOW_EFFICIENCY = 0.5       # average batch / max batch
@@ -20,9 +21,12 @@ def batch_efficiency(inputs: Inputs) -> Outcome:
     server = inputs.server
     assert server is not None
     if (server.max_batch_size == 0 or server.batch_efficiency is None
-            or server.batch_efficiency >= LOW_EFFICIENCY or not server.max_pending):
+            or server.batch_efficiency >= LOW_EFFICIENCY or not server.max_pending
+            or waits_out_the_window(server)):  # then the window is the cause (batch_window)
         return None
-    delay = "dynamic_batching: {max_queue_delay_ms: 5}"
+    # A longer wait than the one in force, never the configuration already set.
+    in_force = server.max_queue_delay_ms or 0.0
+    delay = f"dynamic_batching: {{max_queue_delay_ms: {max(5.0, 2 * in_force):g}}}"
     return Finding(
         rule="batch_efficiency", severity=Severity.WARNING,
         symptom=f"{server.model}: average batch {server.avg_batch:.2f} of "

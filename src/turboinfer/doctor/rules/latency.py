@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from turboinfer.doctor.findings import Finding, Outcome, Rule, Severity, Skip
 from turboinfer.doctor.inputs import Inputs
+from turboinfer.doctor.rules.window import waits_out_the_window
 from turboinfer.doctor.server import ServerWindow
 
 TAIL_RATIO = 3.0          # p99 / p50 above this is a tail worth explaining
@@ -38,6 +39,8 @@ def queueing(inputs: Inputs) -> Outcome:
     total = queue_ms + compute_ms
     if server.requests < MIN_REQUESTS or total <= 0 or queue_ms / total < QUEUE_SHARE:
         return None
+    if waits_out_the_window(server):
+        return None  # the queue is the batch window's own wait: batch_window names it
     pending = "" if server.max_pending is None else f", up to {server.max_pending:g} waiting"
     return Finding(
         rule="queueing", severity=Severity.CRITICAL if queue_ms > 4 * compute_ms
