@@ -84,8 +84,7 @@ class LLM:
         self.model = self._load(folder, self.config.quant, self.kernel_choices,
                                 pick_threads=not self.config.num_threads)
         mc = self.model.config
-        self.tokenizer = Tokenizer.from_folder(folder, eos_token_ids=mc.eos_token_ids,
-                                               bos_token_id=mc.bos_token_id)
+        self.tokenizer = Tokenizer.from_folder(folder, eos_token_ids=mc.eos_token_ids)
         draft_model = (self._load(Path(draft), self.config.draft_quant, []) if draft is not None
                        else None)
         self.engine = LLMEngine(self.model, self.config, tokenizer=self.tokenizer,

@@ -53,7 +53,6 @@ def test_chat_template_from_tokenizer_config(tmp_path: Path) -> None:
     template = ChatTemplate.from_folder(tmp_path)
     messages = [{"role": "user", "content": "Hi"}]
     assert template.render(messages) == "<s><|user|>Hi</s><|assistant|>"
-    assert template.render(messages, tokenizer_adds_bos=True) == "<|user|>Hi</s><|assistant|>"
 
 
 async def _run_generation(llm: LLM, settings: ServerSettings, prompt: list[int],

@@ -95,9 +95,9 @@ class Routes:
         self.state.limits.check_logprobs(req.top_logprobs, "top_logprobs")
         tok = self.state.tokenizer
         text = self.state.chat_template.render(
-            [{"role": m.role, "content": m.text()} for m in req.messages],
-            tokenizer_adds_bos=tok.bos_token_id is not None)
-        prompt = tok.encode(text)
+            [{"role": m.role, "content": m.text()} for m in req.messages])
+        # The template writes its own special tokens, as apply_chat_template encodes it.
+        prompt = tok.encode(text, add_special_tokens=self.state.chat_template.source is None)
         max_tokens = self.state.limits.max_tokens(len(prompt), req.requested_max_tokens, None,
                                                   "messages")
         params = req.sampling(max_tokens, req.num_logprobs)

@@ -15,15 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from turboinfer.errors import InvalidInputError, ModelLoadError
+from turboinfer.llm.tokenizer import token_text
 
 Message = dict[str, str]
-
-
-def _token_text(value: Any) -> str:
-    # tokenizer_config.json writes special tokens either as strings or as AddedToken dicts.
-    if isinstance(value, dict):
-        return str(value.get("content", ""))
-    return value if isinstance(value, str) else ""
 
 
 def _pick_template(value: Any) -> str | None:
@@ -68,10 +62,10 @@ class ChatTemplate:
         jinja_file = folder / "chat_template.jinja"
         if source is None and jinja_file.is_file():
             source = jinja_file.read_text()
-        return cls(source, bos_token=_token_text(config.get("bos_token")),
-                   eos_token=_token_text(config.get("eos_token")))
+        return cls(source, bos_token=token_text(config.get("bos_token")) or "",
+                   eos_token=token_text(config.get("eos_token")) or "")
 
-    def render(self, messages: list[Message], *, tokenizer_adds_bos: bool = False) -> str:
+    def render(self, messages: list[Message]) -> str:
         if self._compiled is None:
             return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
         try:
@@ -81,9 +75,6 @@ class ChatTemplate:
         except self._errors as exc:
             raise InvalidInputError(f"the chat template refused the messages: {exc}",
                                     param="messages") from None
-        # When the tokenizer adds the BOS id itself, the template's would double it.
-        if tokenizer_adds_bos and self.bos_token and text.startswith(self.bos_token):
-            text = text[len(self.bos_token):]
         return text
 
 
