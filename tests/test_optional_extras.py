@@ -60,3 +60,15 @@ def test_minilm_names_the_minilm_extra() -> None:
         minilm.model_dir()
     with pytest.raises(MissingDependencyError, match=r"turboinfer\[minilm\]"):
         minilm.build()
+
+
+def test_a_gguf_file_names_the_gguf_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "gguf", None)
+    monkeypatch.setenv("TURBOINFER_CACHE_DIR", str(tmp_path / "cache"))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    assert main(["llm", "generate", str(model), "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'turboinfer[gguf]'" in err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -68,12 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, build: Callable[..., LLM]) -> int:
     """``build(args, **engine_overrides)`` loads the model as ``llm generate`` does."""
     # Here, not at the top: turboinfer.llm loads torch, too slow for every --help.
-    from turboinfer.llm import demo_model_dir
+    from turboinfer.llm.api import model_folder
     from turboinfer.llm.server import Bound, ServerSettings
     from turboinfer.llm.server import run as run_server
 
-    model_dir = Path(args.model) if args.model else demo_model_dir()
-    name = args.served_model_name or ("demo" if args.model is None else model_dir.name)
+    model_dir = model_folder(args.model)  # a .gguf file: its converted folder
+    given = Path(args.model or "demo")
+    name = args.served_model_name or (given.stem if given.suffix == ".gguf" else given.name)
     settings = ServerSettings(host=args.host, port=args.port, model_name=name,
                               api_key=args.api_key, max_waiting=args.max_waiting,
                               request_timeout_s=args.request_timeout)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from turboinfer.commands._args import comma_list, positive_int
 from turboinfer.commands._llm_load import add_load_parser
 from turboinfer.commands._llm_serve import add_serve_parser
+from turboinfer.errors import InvalidInputError
 from turboinfer.output import format_table, print_json
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ BENCH_COLUMNS = ("concurrency", "tokens_per_s", "tokens_per_s_per_request", "ttf
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", default=None,
-                        help="Hugging Face-format model folder (default: the shipped demo)")
+                        help="Hugging Face-format model folder or GGUF file (default: the "
+                             "shipped demo)")
     spec = parser.add_mutually_exclusive_group()
     spec.add_argument("--draft", default=None, metavar="DRAFT_DIR",
                       help="draft model folder for speculative decoding ('demo' for the "
@@ -114,6 +117,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bench.set_defaults(_llm_run=_bench)
     add_load_parser(sub)
     add_serve_parser(sub, _add_model_options, _build)
+    convert = sub.add_parser("convert", help="a GGUF file to a Hugging Face-format folder")
+    convert.add_argument("gguf", type=Path, help="the .gguf file")
+    convert.add_argument("-o", "--output", type=Path, required=True,
+                         help="the folder to write (config.json, model.safetensors, "
+                              "tokenizer)")
+    convert.set_defaults(_llm_run=_convert)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,6 +144,16 @@ def _build(args: argparse.Namespace, **engine: Any) -> LLM:
                           expert_parallel=args.expert_parallel, **engine)
     draft = demo_model_dir("draft") if args.draft == "demo" else args.draft
     return LLM(args.model, draft=draft, ngram=args.ngram, quant=args.quant, config=config)
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from turboinfer.llm.gguf import convert_gguf  # why: loads torch
+
+    if not args.gguf.is_file():
+        raise InvalidInputError(f"{args.gguf}: no such GGUF file")
+    folder = convert_gguf(args.gguf, args.output)
+    print(f"wrote {folder}")
+    return 0
 
 
 def _generate(args: argparse.Namespace) -> int:

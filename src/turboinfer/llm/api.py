@@ -13,6 +13,7 @@ import torch
 from turboinfer.errors import InvalidInputError, UnknownModelError
 from turboinfer.llm.config import EngineConfig, QuantMode
 from turboinfer.llm.engine import LLMEngine
+from turboinfer.llm.gguf import gguf_folder
 from turboinfer.llm.kernels import KernelChoice, select_kernels
 from turboinfer.llm.loader import load_model
 from turboinfer.llm.model import LlamaModel
@@ -33,6 +34,17 @@ def demo_model_dir(name: str = "model") -> Path:
                                 "train it with `python scripts/train_demo_llm.py` from a "
                                 "source checkout")
     return folder
+
+
+def model_folder(model: str | Path | None) -> Path:
+    """The folder a model reference names: the demo for None, a ``.gguf`` file converted
+    once into a cached folder (``llm.gguf``), else the folder itself."""
+    if model is None:
+        return demo_model_dir()
+    path = Path(model)
+    if path.suffix.lower() == ".gguf":
+        return gguf_folder(path)
+    return path
 
 
 @dataclass(frozen=True)
@@ -63,7 +75,7 @@ class LLM:
     def __init__(self, model: str | Path | None = None, *, draft: str | Path | None = None,
                  ngram: int = 0, quant: str | QuantMode = QuantMode.NONE,
                  config: EngineConfig | None = None) -> None:
-        folder = Path(model) if model is not None else demo_model_dir()
+        folder = model_folder(model)
         try:
             quant_mode = QuantMode(quant)
         except ValueError:
@@ -85,8 +97,8 @@ class LLM:
                                 pick_threads=not self.config.num_threads)
         mc = self.model.config
         self.tokenizer = Tokenizer.from_folder(folder, eos_token_ids=mc.eos_token_ids)
-        draft_model = (self._load(Path(draft), self.config.draft_quant, []) if draft is not None
-                       else None)
+        draft_model = (self._load(model_folder(draft), self.config.draft_quant, [])
+                       if draft is not None else None)
         self.engine = LLMEngine(self.model, self.config, tokenizer=self.tokenizer,
                                 draft=draft_model)
         self.placement.attach(self.engine)

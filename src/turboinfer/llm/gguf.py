@@ -1,0 +1,223 @@
+"""GGUF files (llama.cpp's format) in: a Hugging Face-format folder the engine loads.
+
+``gguf_folder(path)`` converts a ``.gguf`` file once into a folder in the cache
+(``$TURBOINFER_CACHE_DIR/gguf``, keyed by the file's path, size and modification time) and
+returns it; ``convert_gguf`` writes that folder anywhere (``turboinfer llm convert``).
+What is read from the file:
+
+- the architecture and hyper-parameters from its metadata (``llama`` and ``qwen2``; a
+  Mistral file says ``llama``); another architecture, or RoPE scaling, is a one-line
+  error naming it;
+- every tensor, dequantized to float32 by the ``gguf`` package (Q4_0/Q4_1/Q5/Q8_0, the
+  K-quants, F16/BF16; a type it cannot read is an error naming the tensor and type);
+  the engine then quantizes again as ``--quant`` asks;
+- llama.cpp stores a Llama's q/k projections with each head's rotary halves interleaved
+  (its converter permutes them for its RoPE kernel); they are put back in the order of
+  the Hugging Face weights this engine's RoPE expects (Qwen2 files are not permuted);
+- the tokenizer and chat template, through ``transformers``' GGUF tokenizer converter,
+  saved as ``tokenizer.json`` / ``tokenizer_config.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import platformdirs
+import torch
+from safetensors.torch import save_file
+
+from turboinfer.errors import MissingDependencyError, ModelLoadError
+
+CACHE_ENV = "TURBOINFER_CACHE_DIR"  # the folder turboinfer.models.cache uses
+# GGUF architecture -> (Hugging Face architecture, model_type, q/k permuted by llama.cpp)
+ARCHITECTURES = {
+    "llama": ("LlamaForCausalLM", "llama", True),
+    "qwen2": ("Qwen2ForCausalLM", "qwen2", False),
+}
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm",
+              "output": "lm_head"}
+_FORMAT = 1  # bumped when the converted folder's layout changes
+
+
+def gguf_folder(path: Path) -> Path:
+    """The cached folder converted from the GGUF file ``path`` (converted on first use)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such GGUF file")
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_FORMAT}"
+                         .encode()).hexdigest()[:16]
+    folder = _cache_dir() / f"{path.stem}-{key}"
+    if (folder / "config.json").is_file():
+        return folder
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        convert_gguf(path, tmp)
+        if not folder.exists():
+            os.replace(tmp, folder)  # a whole folder appears at once, or none
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def convert_gguf(path: Path, out: Path) -> Path:
+    """Write ``config.json``, ``model.safetensors`` and the tokenizer of ``path`` to ``out``."""
+    reader = _reader(path)
+    fields = _metadata(reader)
+    arch = str(fields.get("general.architecture", "?"))
+    if arch not in ARCHITECTURES:
+        raise ModelLoadError(f"{path}: GGUF architecture {arch!r} is not supported "
+                             f"(supported: {', '.join(ARCHITECTURES)})")
+    shapes = {t.name: [int(d) for d in t.shape] for t in reader.tensors}
+    config = _config(fields, arch, shapes, path)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = _tensors(reader, arch, config, path)
+    save_file(tensors, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    _save_tokenizer(path, out)
+    return out
+
+
+def _reader(path: Path) -> Any:
+    try:
+        from gguf import GGUFReader  # why: optional (the gguf extra), only for GGUF files
+    except ImportError:
+        raise MissingDependencyError("reading GGUF files needs the gguf package: "
+                                     "pip install 'turboinfer[gguf]'") from None
+    try:
+        return GGUFReader(str(path))
+    except (ValueError, OSError, IndexError, KeyError) as exc:
+        raise ModelLoadError(f"{path}: not a readable GGUF file ({exc})") from None
+
+
+def _metadata(reader: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer.ggml.") and key.endswith(("tokens", "merges", "scores",
+                                                                "token_type")):
+            continue  # large arrays the tokenizer converter reads itself
+        try:
+            out[key] = field.contents()
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+def _config(fields: dict[str, Any], arch: str, names: dict[str, list[int]], path: Path
+            ) -> dict[str, Any]:
+    """config.json from the metadata; ``names`` maps each tensor to its GGUF shape."""
+    def get(key: str, default: Any = None) -> Any:
+        value = fields.get(f"{arch}.{key}", default)
+        if value is None:
+            raise ModelLoadError(f"{path}: GGUF metadata lacks {arch}.{key}")
+        return value
+
+    scaling = fields.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none") or "rope_freqs.weight" in names:
+        raise ModelLoadError(f"{path}: RoPE scaling ({scaling or 'rope_freqs'}) is not "
+                             "supported")
+    hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
+    hf_arch, model_type, _ = ARCHITECTURES[arch]
+    eos = fields.get("tokenizer.ggml.eos_token_id")
+    return {
+        "architectures": [hf_arch], "model_type": model_type,
+        # GGUF shapes run innermost first: the embedding is [hidden, vocab].
+        "vocab_size": int(fields.get(f"{arch}.vocab_size")
+                          or names.get("token_embd.weight", [0, 0])[-1]),
+        "hidden_size": hidden, "intermediate_size": int(get("feed_forward_length")),
+        "num_hidden_layers": int(get("block_count")), "num_attention_heads": heads,
+        "num_key_value_heads": int(get("attention.head_count_kv", heads)),
+        "head_dim": int(get("attention.key_length", hidden // heads)),
+        "max_position_embeddings": int(get("context_length", 2048)),
+        "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+        "rope_theta": float(get("rope.freq_base", 10000.0)),
+        "tie_word_embeddings": "output.weight" not in names,
+        "attention_bias": "blk.0.attn_q.bias" in names,
+        "hidden_act": "silu",
+        "bos_token_id": fields.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": None if eos is None else [int(eos)],
+        "torch_dtype": "float32",
+    }
+
+
+def _tensors(reader: Any, arch: str, config: dict[str, Any], path: Path
+             ) -> dict[str, torch.Tensor]:
+    from gguf.quants import dequantize  # why: optional (the gguf extra)
+
+    permuted = ARCHITECTURES[arch][2]
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    out: dict[str, torch.Tensor] = {}
+    for tensor in reader.tensors:
+        name = hf_name(tensor.name)
+        if name is None:
+            raise ModelLoadError(f"{path}: unexpected GGUF tensor {tensor.name!r}")
+        try:
+            array = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        except NotImplementedError:
+            raise ModelLoadError(f"{path}: tensor {tensor.name} is "
+                                 f"{tensor.tensor_type.name}, which cannot be read") from None
+        kind = tensor.name.split(".")[2] if tensor.name.startswith("blk.") else ""
+        if permuted and kind in heads:
+            array = unpermute_rotary(array, heads[kind])
+        out[name] = torch.from_numpy(np.array(array, dtype=np.float32, order="C", copy=True))
+    return out
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj.weight``."""
+    parts = gguf_name.split(".")
+    if parts[0] == "blk" and len(parts) == 4 and parts[2] in _LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{parts[3]}"
+    if len(parts) == 2 and parts[0] in _TOP_NAMES:
+        return f"{_TOP_NAMES[parts[0]]}.{parts[1]}"
+    return None
+
+
+def unpermute_rotary(weight: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's q/k permutation: within each head, rows ``[0, 2, 4, ...]`` and
+    ``[1, 3, 5, ...]`` back to the two halves Hugging Face's rotate_half pairs."""
+    rest = weight.shape[1:]
+    half = weight.shape[0] // heads // 2
+    return (weight.reshape(heads, half, 2, *rest).swapaxes(1, 2)
+            .reshape(weight.shape))
+
+
+def permute_rotary(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's permutation (its converter's ``permute``), the inverse of the above."""
+    rest = weight.shape[1:]
+    half = weight.shape[0] // heads // 2
+    return (weight.reshape(heads, 2, half, *rest).swapaxes(1, 2)
+            .reshape(weight.shape))
+
+
+def _save_tokenizer(path: Path, out: Path) -> None:
+    from transformers import AutoTokenizer  # why: heavy; its GGUF tokenizer converter
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ModelLoadError(f"{path}: cannot read the GGUF tokenizer ({exc})") from None
+    tokenizer.save_pretrained(str(out))
+
+
+def _cache_dir() -> Path:
+    # Not turboinfer.models.cache: the llm layer sits below models and may not import it.
+    override = os.environ.get(CACHE_ENV)
+    root = (Path(override).expanduser() if override
+            else Path(platformdirs.user_cache_dir("turboinfer")))
+    path = root / "gguf"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,157 @@
+"""GGUF files in: the demo model written as a GGUF file the way llama.cpp's converter
+writes one (q/k rows permuted, byte-level BPE tokenizer in the metadata), then loaded by
+path. F32 tensors give the demo's own greedy output token for token; Q8_0 stays close;
+an unsupported architecture, RoPE scaling or a corrupt file is a one-line error."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from turboinfer.cli import main
+from turboinfer.errors import ModelLoadError
+from turboinfer.llm import LLM, SamplingParams
+from turboinfer.llm.api import demo_model_dir
+from turboinfer.llm.gguf import convert_gguf, permute_rotary, unpermute_rotary
+
+gguf = pytest.importorskip("gguf")
+
+PROMPTS = ["The module", "Return the number of", "def parse"]
+_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+          "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+          "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+          "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def _gguf_name(hf: str) -> str:
+    if hf.startswith("model.layers."):
+        _, _, index, rest = hf.split(".", 3)
+        module, leaf = rest.rsplit(".", 1)
+        return f"blk.{index}.{_LAYER[module]}.{leaf}"
+    return {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
+            "output_norm.weight", "lm_head.weight": "output.weight"}[hf]
+
+
+def write_gguf(folder: Path, path: Path, qtype: str = "F32", arch: str = "llama",
+               extra: dict[str, float] | None = None) -> Path:
+    """``folder`` (an HF Llama folder) as llama.cpp's converter would write it."""
+    config = json.loads((folder / "config.json").read_text())
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(config["num_attention_heads"])
+    writer.add_head_count_kv(config["num_key_value_heads"])
+    writer.add_key_length(config["head_dim"])
+    writer.add_value_length(config["head_dim"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_rope_freq_base(config["rope_theta"])
+    for key, value in (extra or {}).items():
+        writer.add_string(key, str(value))
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    special = {t["id"] for t in tok["added_tokens"]}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list([t for t, _ in vocab])
+    writer.add_token_types([3 if i in special else 1 for _, i in vocab])
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m)
+                             for m in tok["model"]["merges"]])
+    writer.add_eos_token_id(config["eos_token_id"][0])
+    writer.add_add_bos_token(False)
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    quant = getattr(gguf.GGMLQuantizationType, qtype)
+    for hf, array in load_file(str(folder / "model.safetensors")).items():
+        name = _gguf_name(hf)
+        data = array.astype(np.float32)
+        kind = name.split(".")[2] if name.startswith("blk.") else ""
+        if kind in heads:
+            data = permute_rotary(data, heads[kind])
+        if data.ndim == 2 and quant != gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(name, gguf.quants.quantize(data, quant), raw_dtype=quant)
+        else:
+            writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def demo_f32(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_gguf(demo_model_dir(), tmp_path_factory.mktemp("gguf") / "demo-f32.gguf")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURBOINFER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_the_rotary_permutation_round_trips() -> None:
+    weight = np.arange(8 * 4 * 3, dtype=np.float32).reshape(8 * 4, 3)
+    assert np.array_equal(unpermute_rotary(permute_rotary(weight, 4), 4), weight)
+    assert not np.array_equal(permute_rotary(weight, 4), weight)
+
+
+def test_an_f32_gguf_generates_what_the_folder_does(demo_f32: Path) -> None:
+    params = SamplingParams(max_tokens=24, temperature=0)
+    expected = [o.token_ids for o in LLM().generate(PROMPTS, params)]
+    from_file = LLM(demo_f32)
+    assert [o.token_ids for o in from_file.generate(PROMPTS, params)] == expected
+    # The tokenizer came out of the file's metadata: the same ids as the folder's.
+    assert from_file.tokenizer.encode("The module") == LLM().tokenizer.encode("The module")
+
+
+def test_a_q8_gguf_stays_close(tmp_path: Path) -> None:
+    path = write_gguf(demo_model_dir(), tmp_path / "demo-q8.gguf", qtype="Q8_0")
+    folder = convert_gguf(path, tmp_path / "q8")
+    ours = load_file(str(folder / "model.safetensors"))
+    reference = load_file(str(demo_model_dir() / "model.safetensors"))
+    for name, value in reference.items():
+        value = value.astype(np.float32)
+        error = np.abs(ours[name] - value).max() / (np.abs(value).max() + 1e-12)
+        assert error < 0.01, name  # Q8_0: one scale per 32 values, 8 bits each
+
+
+def test_the_cli_generates_from_a_gguf_file(demo_f32: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["llm", "generate", str(demo_f32), "--prompt", "The module",
+                 "--max-tokens", "8"]) == 0
+    assert capsys.readouterr().out.startswith("The module")
+
+
+def test_unsupported_files_are_one_line_errors(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF" + b"\x00" * 40)
+    phi = write_gguf(demo_model_dir(), tmp_path / "phi.gguf", arch="phi2")
+    scaled = write_gguf(demo_model_dir(), tmp_path / "scaled.gguf",
+                        extra={"llama.rope.scaling.type": "yarn"})
+    for path, words in ((corrupt, "not a readable GGUF file"),
+                        (phi, "GGUF architecture 'phi2' is not supported"),
+                        (scaled, "RoPE scaling (yarn) is not supported"),
+                        (tmp_path / "missing.gguf", "no such GGUF file")):
+        with pytest.raises(ModelLoadError, match=re.escape(words)):
+            LLM(path)
+        assert main(["llm", "generate", str(path), "--prompt", "x", "--max-tokens", "2"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and "\n" not in err
+
+
+def test_llm_convert_writes_a_folder_the_engine_loads(demo_f32: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    out = tmp_path / "converted"
+    assert main(["llm", "convert", str(demo_f32), "-o", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    params = SamplingParams(max_tokens=8, temperature=0)
+    assert (LLM(out).generate("The module", params)[0].token_ids
+            == LLM().generate("The module", params)[0].token_ids)
+    assert main(["llm", "convert", str(tmp_path / "none.gguf"), "-o", str(out)]) == 2
