@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import pytest
 from llm_server_helpers import Server
 
 from turboinfer.llm import LLM, SamplingParams
@@ -135,3 +138,31 @@ def test_unknown_fields_are_ignored(server: Server) -> None:
         model="demo", prompt="The module", max_tokens=3, temperature=0,
         extra_body={"not_a_field": {"x": 1}, "repetition_penalty": 1.0, "priority": 1})
     assert out.choices[0].finish_reason == "length"
+
+
+def test_tokenize_and_detokenize_round_trip(server: Server, reference: LLM) -> None:
+    body = json.dumps({"model": "demo", "prompt": "The module"}).encode()
+    status, _, raw = server.post("/tokenize", body)
+    reply = json.loads(raw)
+    assert status == 200 and reply["tokens"] == reference.tokenizer.encode("The module")
+    assert reply["count"] == len(reply["tokens"]) and reply["max_model_len"] > 0
+    status, _, raw = server.post("/detokenize", json.dumps({"tokens": reply["tokens"]}).encode())
+    assert status == 200 and json.loads(raw) == {"prompt": "The module"}
+    # Chat messages are rendered as /v1/chat/completions renders them.
+    chat = json.dumps({"messages": [{"role": "user", "content": "Hi"}]}).encode()
+    status, _, raw = server.post("/tokenize", chat)
+    assert status == 200 and reference.tokenizer.decode(json.loads(raw)["tokens"]) == (
+        "user: Hi\nassistant:")
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/tokenize", {"prompt": "x", "messages": [{"role": "user", "content": "x"}]}, "prompt"),
+    ("/tokenize", {}, "prompt"),
+    ("/tokenize", {"model": "nope", "prompt": "x"}, "model"),
+    ("/detokenize", {"tokens": [10**9]}, "tokens"),
+    ("/detokenize", {"tokens": "abc"}, "tokens"),
+])
+def test_tokenize_refusals_name_the_field(server: Server, path: str, body: dict[str, Any],
+                                          param: str) -> None:
+    status, _, reply = server.post(path, json.dumps(body).encode())
+    assert 400 <= status < 500 and reply["error"]["param"] == param, reply

@@ -1,5 +1,6 @@
 """The OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions,
-/health and /metrics, plus the OIP generate extension (``oip.py``).
+/tokenize and /detokenize (vLLM's), /health and /metrics, plus the OIP generate
+extension (``oip.py``).
 
 Handlers validate, tokenize and admit, then hand the request to the engine loop and
 shape what comes back. With ``--api-key`` the /v1 and /v2 routes need
@@ -28,6 +29,8 @@ from turboinfer.llm.server.protocol import (
     COMPLETION_DEFAULT_MAX_TOKENS,
     ChatRequest,
     CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
     parse,
 )
 
@@ -125,6 +128,30 @@ class Routes:
         return json_response(response(shape, gen, seqs, self.state.tokenizer, created,
                                       with_logprobs))
 
+    async def tokenize(self, request: Request) -> Response:
+        req = parse(TokenizeRequest, await request.body())
+        if req.model is not None:
+            self._check_model(req.model)
+        req.check_one_input()
+        template = self.state.chat_template
+        if req.messages is not None:
+            text = template.render([{"role": m.role, "content": m.text()} for m in req.messages])
+        else:
+            text = req.prompt or ""
+        # A rendered chat template writes its own special tokens, as apply_chat_template.
+        default = req.messages is None or template.source is None
+        add = default if req.add_special_tokens is None else req.add_special_tokens
+        ids = self.state.tokenizer.encode(text, add_special_tokens=add)
+        return json_response({"count": len(ids), "max_model_len": self.state.limits.max_seq_len,
+                              "tokens": ids})
+
+    async def detokenize(self, request: Request) -> Response:
+        req = parse(DetokenizeRequest, await request.body())
+        if req.model is not None:
+            self._check_model(req.model)
+        self.state.limits.check_ids(req.tokens, param="tokens")
+        return json_response({"prompt": self.state.tokenizer.decode(req.tokens)})
+
     async def health(self, request: Request) -> Response:
         s = self.state.loop.stats
         return json_response({"status": "ok", "model": self.state.settings.model_name,
@@ -148,6 +175,8 @@ def create_app(state: ServerState) -> Starlette:
         Route("/v1/models", g(state, r.models), methods=["GET"]),
         Route("/v1/completions", g(state, r.completions), methods=["POST"]),
         Route("/v1/chat/completions", g(state, r.chat), methods=["POST"]),
+        Route("/tokenize", g(state, r.tokenize), methods=["POST"]),
+        Route("/detokenize", g(state, r.detokenize), methods=["POST"]),
         Route("/health", g(state, r.health, auth=False), methods=["GET"]),
         Route("/metrics", g(state, r.metrics, auth=False), methods=["GET"]),
         *oip.routes(state),

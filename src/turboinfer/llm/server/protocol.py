@@ -119,6 +119,25 @@ class ChatRequest(_Sampling):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
+class TokenizeRequest(_Body):
+    """vLLM's ``/tokenize``: a ``prompt`` (special tokens added as the tokenizer's rules
+    say) or chat ``messages`` (rendered by the template, which writes its own)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)] | None = None
+    add_special_tokens: bool | None = None
+
+    def check_one_input(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise InvalidInputError("give exactly one of prompt and messages", param="prompt")
+
+
+class DetokenizeRequest(_Body):
+    model: str | None = None
+    tokens: list[int]
+
+
 class GenerateRequest(_Body):
     """The OIP generate extension (Triton's): ``text_input`` plus sampling parameters,
     either at the top level or under ``parameters``."""
@@ -193,10 +212,10 @@ class Limits:
                 "completion)", param="max_tokens")
         return requested
 
-    def check_ids(self, ids: list[int]) -> None:
+    def check_ids(self, ids: list[int], param: str = "prompt") -> None:
         if any(t < 0 or t >= self.vocab_size for t in ids):
             raise InvalidInputError(f"token ids must be in [0, {self.vocab_size})",
-                                    param="prompt")
+                                    param=param)
 
     def check_logprobs(self, n: int | None, param: str) -> None:
         if n is not None and n > self.max_logprobs:
