@@ -78,14 +78,15 @@ def start_pytriton(onnx: Path, port: int, work: Path) -> subprocess.Popen[bytes]
                   work / "pytriton.log", env)
 
 
-def wait_ready(port: int, process: subprocess.Popen[bytes], timeout_s: float = 240) -> None:
+def wait_ready(port: int, process: subprocess.Popen[bytes], timeout_s: float = 240,
+               model: str = MODEL) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server on {port} exited with {process.returncode}")
         try:
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            connection.request("GET", f"/v2/models/{MODEL}/ready")
+            connection.request("GET", f"/v2/models/{model}/ready")
             if connection.getresponse().status == 200:
                 return
         except OSError:

@@ -22,7 +22,6 @@ Raw figures, the machine and the load averages go to ``window_clients.json``.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import statistics
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from openloop import _cpu, _stop, start_turboinfer
+from openloop import _cpu, _stop, start_turboinfer, wait_ready
 
 from turboinfer.models import resolve_model
 from turboinfer.serve.config import DynamicBatching, ModelConfig, write_entry
@@ -180,7 +179,7 @@ def main() -> None:
         try:
             for label, port in ports.items():
                 for model in MODELS:
-                    wait_ready_model(port, model, processes[list(ports).index(label)])
+                    wait_ready(port, processes[list(ports).index(label)], model=model)
             for round_ in range(args.rounds):
                 order = list(sources) if round_ % 2 == 0 else list(reversed(sources))
                 for model in MODELS:
@@ -219,23 +218,6 @@ def main() -> None:
     (HERE / "window_clients.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({"verdicts": result["verdicts"],
                       "doctor": {k: sorted(v) for k, v in fired.items()}}, indent=1))
-
-
-def wait_ready_model(port: int, model: str, process: subprocess.Popen[bytes],
-                     timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server on {port} exited with {process.returncode}")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            connection.request("GET", f"/v2/models/{model}/ready")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"{model} on {port} not ready in time")
 
 
 if __name__ == "__main__":
