@@ -72,3 +72,12 @@ def test_a_gguf_file_names_the_gguf_extra(monkeypatch: pytest.MonkeyPatch, tmp_p
     err = capsys.readouterr().err
     assert "pip install 'turboinfer[gguf]'" in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_structured_output_names_the_structured_extra(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    from turboinfer.llm.structured import StructuredOutput
+
+    monkeypatch.setitem(sys.modules, "llguidance", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'turboinfer\[structured\]'"):
+        StructuredOutput("json_object").check()

@@ -20,6 +20,7 @@ from turboinfer.llm.speculative import (
     greedy_accept,
     rejection_sample,
 )
+from turboinfer.llm.structured import Guides
 from turboinfer.llm.tokenizer import Tokenizer
 
 
@@ -55,6 +56,8 @@ class LLMEngine:
         if tokenizer is not None:
             self.eos_ids |= set(tokenizer.eos_token_ids)
         self._by_request: dict[str, Sequence] = {}
+        self.guides = Guides(None if tokenizer is None else tokenizer.inner.to_str(),
+                             model.config.vocab_size, min(self.eos_ids, default=None))
 
     # -- requests ----------------------------------------------------------------------
 
@@ -62,6 +65,8 @@ class LLMEngine:
                     priority: int = 0, request_id: str | None = None) -> Sequence:
         self.check_prompt(prompt_token_ids)
         seq = Sequence(prompt_token_ids, params, priority=priority, request_id=request_id)
+        if params.structured is not None:
+            seq.guide = self.guides.guide(params.structured)
         self._by_request[seq.request_id] = seq
         self.scheduler.add(seq)
         return seq
@@ -107,11 +112,14 @@ class LLMEngine:
                 return [seq]
             return []
         decodes, prefills = self._split(out)
-        speculate = (self.proposer is not None and bool(decodes)
-                     and len(decodes) <= self.config.speculative_max_batch)
-        updated = self._run_plain(prefills + ([] if speculate else decodes))
+        # A constrained request decodes plainly: its mask holds for one position at a time.
+        free = [d for d in decodes if d[0].guide is None]
+        speculate = (self.proposer is not None and bool(free)
+                     and len(free) <= self.config.speculative_max_batch)
+        plain = [d for d in decodes if d[0].guide is not None] if speculate else decodes
+        updated = self._run_plain(prefills + plain)
         if speculate:
-            updated += self._run_speculative([s for s, _ in decodes])
+            updated += self._run_speculative([s for s, _ in free])
         for seq in updated:
             if seq.is_finished:
                 self._by_request.pop(seq.request_id, None)
@@ -135,13 +143,16 @@ class LLMEngine:
             done = start + n == seq.num_tokens
             items.append(StepItem(seq.token_ids[start:start + n], start, seq.block_table,
                                   1 if done else 0))
-        logits = self.runner.run(items)
         sampled = [seq for seq, n in work if seq.num_computed_tokens + n == seq.num_tokens]
+        masks = self.guides.start([(i, s.guide) for i, s in enumerate(sampled)
+                                   if s.guide is not None])
+        logits = self.runner.run(items)
         for seq, n in work:
             seq.num_computed_tokens += n
             self.block_manager.commit(seq)
         if not sampled:
             return []
+        self.guides.apply(logits, masks)
         tokens = sample(logits, [s.params for s in sampled], [s.generator for s in sampled],
                         self.generator)
         for i, (seq, token) in enumerate(zip(sampled, tokens, strict=True)):
@@ -198,6 +209,8 @@ class LLMEngine:
                                            seq.params.logprobs)
         for token in tokens:
             seq.append_token(token)
+            if seq.guide is not None:
+                seq.guide.accept(token)
             reason = self._stop_reason(seq, token)
             if reason is not None:
                 seq.finish_reason = reason
@@ -210,6 +223,8 @@ class LLMEngine:
         p = seq.params
         if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_token_ids:
             return FinishReason.STOP
+        if seq.guide is not None and seq.guide.finished:
+            return FinishReason.STOP  # the constrained text is complete
         if p.stop and self.tokenizer is not None:
             text = self.tokenizer.decode(seq.output_token_ids)
             hits = [text.find(s) for s in p.stop if s in text]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from turboinfer.errors import InvalidInputError
+from turboinfer.llm.structured import StructuredOutput
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,8 @@ class SamplingParams:
     filters. ``seed`` gives the request its own random stream, so its output does not
     depend on what else is in the batch. ``logprobs=N`` records each sampled token's
     log-probability under the model (before temperature and filters) and the N most
-    likely tokens; ``None`` skips that work.
+    likely tokens; ``None`` skips that work. ``structured`` constrains the output to a
+    JSON object, a JSON schema, a regex or a grammar (``llm.structured``).
     """
 
     max_tokens: int = 64
@@ -27,6 +29,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     logprobs: int | None = None
+    structured: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:

@@ -9,6 +9,7 @@ import time
 import torch
 
 from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.structured import Guide
 
 
 class SequenceStatus(enum.Enum):
@@ -65,6 +66,8 @@ class Sequence:
         self.num_draft_computed = 0
         # Per output token, when params.logprobs is set: (its logprob, top (id, logprob)).
         self.logprobs: list[TokenLogprob] = []
+        # The constraint of a structured-output request, fed each accepted token.
+        self.guide: Guide | None = None
 
     def __len__(self) -> int:
         return len(self.token_ids)

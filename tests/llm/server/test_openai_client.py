@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -166,3 +167,44 @@ def test_tokenize_refusals_name_the_field(server: Server, path: str, body: dict[
                                           param: str) -> None:
     status, _, reply = server.post(path, json.dumps(body).encode())
     assert 400 <= status < 500 and reply["error"]["param"] == param, reply
+
+
+SCHEMA = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 10},
+                         "kind": {"enum": ["module", "class", "function"]},
+                         "args": {"type": "array", "items": {"type": "integer"}, "maxItems": 3}},
+          "required": ["name", "kind", "args"], "additionalProperties": False}
+
+
+def test_response_format_json_schema_streamed_and_not(server: Server) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    pytest.importorskip("llguidance")
+    client = server.client()
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "item", "schema": SCHEMA}}
+    messages: Any = [{"role": "user", "content": "Describe one item as JSON."}]
+    reply = client.chat.completions.create(model="demo", messages=messages, max_tokens=80,
+                                           temperature=1.0, seed=3, response_format=fmt)
+    jsonschema.validate(json.loads(reply.choices[0].message.content or ""), SCHEMA)
+    pieces = client.chat.completions.create(model="demo", messages=messages, max_tokens=80,
+                                            temperature=1.0, seed=3, response_format=fmt,
+                                            stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in pieces if c.choices)
+    assert text == reply.choices[0].message.content
+    done = client.completions.create(model="demo", prompt="JSON: ", max_tokens=80,
+                                     extra_body={"guided_regex": "[a-z]{3}-[0-9]{2}"})
+    assert re.fullmatch("[a-z]{3}-[0-9]{2}", done.choices[0].text)
+
+
+@pytest.mark.parametrize("body", [
+    {"response_format": {"type": "json_schema", "json_schema": {"schema": "{not json"}}},
+    {"response_format": {"type": "json_schema"}},
+    {"response_format": {"type": "yaml"}},
+    {"guided_regex": "[a-z", "guided_json": {"type": "object"}},
+    {"guided_regex": "[unclosed"},
+])
+def test_malformed_output_constraints_are_400(server: Server, body: dict[str, Any]) -> None:
+    pytest.importorskip("llguidance")
+    request = {"model": "demo", "messages": [{"role": "user", "content": "x"}],
+               "max_tokens": 4, **body}
+    status, _, reply = server.post("/v1/chat/completions", json.dumps(request).encode())
+    assert status == 400 and reply["error"]["param"] == "response_format", reply

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turboinfer.errors import InvalidInputError
 from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.structured import StructuredOutput
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -30,6 +31,19 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(_Body):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class _Sampling(_Body):
     model: str
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -43,6 +57,36 @@ class _Sampling(_Body):
     stream_options: StreamOptions | None = None
     priority: int = 0  # extension: lower runs first, as the engine's scheduler orders
     ignore_eos: bool = False  # extension, as in vLLM
+    response_format: ResponseFormat | None = None
+    # vLLM's guided-decoding extensions
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_grammar: str | None = None
+
+    def structured(self) -> StructuredOutput | None:
+        """The output constraint this request asks for (at most one), its grammar checked
+        here so that a malformed one is a 400 before anything is streamed."""
+        asked: list[StructuredOutput] = []
+        fmt = self.response_format
+        if fmt is not None and fmt.type == "json_object":
+            asked.append(StructuredOutput("json_object"))
+        elif fmt is not None and fmt.type == "json_schema":
+            if fmt.json_schema is None:
+                raise InvalidInputError("response_format json_schema needs 'json_schema'",
+                                        param="response_format")
+            asked.append(StructuredOutput.json_schema(fmt.json_schema.schema_))
+        if self.guided_json is not None:
+            asked.append(StructuredOutput.json_schema(self.guided_json))
+        if self.guided_regex is not None:
+            asked.append(StructuredOutput("regex", self.guided_regex))
+        if self.guided_grammar is not None:
+            asked.append(StructuredOutput("grammar", self.guided_grammar))
+        if len(asked) > 1:
+            raise InvalidInputError("give one of response_format, guided_json, guided_regex "
+                                    "and guided_grammar", param="response_format")
+        if asked:
+            asked[0].check()
+        return asked[0] if asked else None
 
     def check_n(self) -> None:
         if self.n not in (None, 1):
@@ -59,7 +103,7 @@ class _Sampling(_Body):
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=max(self.top_k or 0, 0), seed=self.seed, stop=stop,
-            ignore_eos=self.ignore_eos, logprobs=logprobs)
+            ignore_eos=self.ignore_eos, logprobs=logprobs, structured=self.structured())
 
 
 class CompletionRequest(_Sampling):
