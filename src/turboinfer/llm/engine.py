@@ -144,7 +144,7 @@ class LLMEngine:
             items.append(StepItem(seq.token_ids[start:start + n], start, seq.block_table,
                                   1 if done else 0))
         sampled = [seq for seq, n in work if seq.num_computed_tokens + n == seq.num_tokens]
-        masks = self.guides.start([(i, s.guide) for i, s in enumerate(sampled)
+        masks = self.guides.masks([(i, s.guide) for i, s in enumerate(sampled)
                                    if s.guide is not None])
         logits = self.runner.run(items)
         for seq, n in work:

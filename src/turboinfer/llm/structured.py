@@ -5,14 +5,12 @@ llguidance compiles the constraint against the tokenizer once per request and, a
 step, gives the set of tokens that keep the text inside the language as a bitmask; the
 engine sets every other token's logit to -inf before sampling, so any temperature only
 chooses among allowed tokens. When the text is complete the mask allows only the EOS
-token. The mask for a step depends only on the tokens already accepted, so the engine
-computes it on a worker thread while the model runs the forward.
+token.
 """
 
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -122,33 +120,34 @@ class GuideCompiler:
         return (self.vocab_size + 31) // 32
 
 
-def fill_masks(guides: list[Guide], words: int) -> np.ndarray:
-    """[len(guides), words] int32 bitmask rows, one per guide."""
-    masks = np.empty((len(guides), words), dtype=np.int32)
-    for row, guide in zip(masks, guides, strict=True):
-        guide.fill(row)
-    return masks
-
-
 @torch.inference_mode()  # the logits are inference tensors
 def apply_masks(logits: torch.Tensor, rows: list[int], masks: np.ndarray) -> None:
-    """Set the disallowed tokens' logits of ``rows`` to -inf, in place."""
+    """Set the disallowed tokens' logits of ``rows`` to -inf, in place (through a numpy
+    view of the float32 logits: a fifth of the time of torch's indexed masked_fill)."""
+    values = logits.numpy() if logits.dtype == torch.float32 else None
     vocab = logits.shape[1]
     bits = np.unpackbits(masks.view(np.uint8), axis=1, bitorder="little")[:, :vocab]
-    allowed = torch.from_numpy(bits.astype(np.bool_))
-    index = torch.tensor(rows, dtype=torch.long)
-    logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
+    for bit_row, row in zip(bits, rows, strict=True):
+        if values is not None:
+            np.putmask(values[row], bit_row == 0, -np.inf)
+        else:
+            logits[row].masked_fill_(torch.from_numpy(bit_row == 0), float("-inf"))
 
 
 class Guides:
-    """The engine's side: a ``Guide`` per constrained request, and each step's masks
-    computed on a worker thread while the forward runs."""
+    """The engine's side: a ``Guide`` per constrained request, and each step's masks.
+
+    The masks for a step depend only on the tokens already accepted, so they are
+    computed before the forward. One row is computed inline (about 30 us for a JSON
+    schema on the demo model's vocabulary, where handing it to a Python thread and back
+    cost 60 us); several go to llguidance's own thread pool at once, outside the GIL.
+    """
 
     def __init__(self, tokenizer_json: str | None, vocab_size: int,
                  eos_token_id: int | None) -> None:
         self._source = (tokenizer_json, vocab_size, eos_token_id)
         self._compiler: GuideCompiler | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._executor: Any = None
 
     def guide(self, structured: StructuredOutput) -> Guide:
         if self._compiler is None:
@@ -157,20 +156,23 @@ class Guides:
                 raise InvalidInputError("structured output needs the model's tokenizer",
                                         param="response_format")
             self._compiler = GuideCompiler(tokenizer_json, vocab_size, eos)
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="turboinfer-guide")
+            self._executor = _llguidance().LLExecutor()
         return self._compiler.guide(structured)
 
-    def start(self, guides: list[tuple[int, Guide]]) -> Future[tuple[list[int], np.ndarray]] | None:
-        """Begin the masks of ``(logits row, guide)`` pairs; None when there are none."""
-        if not guides or self._pool is None or self._compiler is None:
+    def masks(self, guides: list[tuple[int, Guide]]) -> tuple[list[int], np.ndarray] | None:
+        """The masks of ``(logits row, guide)`` pairs; None when there are none."""
+        if not guides or self._compiler is None:
             return None
-        words = self._compiler.words()
-        rows = [row for row, _ in guides]
-        return self._pool.submit(lambda: (rows, fill_masks([g for _, g in guides], words)))
+        masks = np.empty((len(guides), self._compiler.words()), dtype=np.int32)
+        if len(guides) == 1:
+            guides[0][1].fill(masks[0])
+        else:
+            self._executor.unsafe_compute_mask_ptr(
+                [(g.matcher, i) for i, (_, g) in enumerate(guides)], masks.ctypes.data,
+                masks.shape[1] * 4, len(guides))
+        return [row for row, _ in guides], masks
 
     @staticmethod
-    def apply(logits: torch.Tensor, pending: Future[tuple[list[int], np.ndarray]] | None
-              ) -> None:
-        if pending is not None:
-            rows, masks = pending.result()
-            apply_masks(logits, rows, masks)
+    def apply(logits: torch.Tensor, masks: tuple[list[int], np.ndarray] | None) -> None:
+        if masks is not None:
+            apply_masks(logits, *masks)
