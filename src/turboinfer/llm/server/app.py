@@ -24,7 +24,15 @@ from turboinfer.llm.server import oip
 from turboinfer.llm.server.asgi import EventStream, completed, json_response
 from turboinfer.llm.server.generation import Generation, ServerState
 from turboinfer.llm.server.metrics import CONTENT_TYPE
-from turboinfer.llm.server.openai_format import Shape, TokenTexts, error_body, response, stream
+from turboinfer.llm.server.openai_format import (
+    Shape,
+    TokenTexts,
+    error_body,
+    response,
+    stream,
+    tool_events,
+    tool_response,
+)
 from turboinfer.llm.server.protocol import (
     COMPLETION_DEFAULT_MAX_TOKENS,
     ChatRequest,
@@ -33,6 +41,7 @@ from turboinfer.llm.server.protocol import (
     TokenizeRequest,
     parse,
 )
+from turboinfer.llm.server.tools import ToolPlan
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
@@ -97,18 +106,35 @@ class Routes:
         req.check_n()
         self.state.limits.check_logprobs(req.top_logprobs, "top_logprobs")
         tok = self.state.tokenizer
-        text = self.state.chat_template.render(
-            [{"role": m.role, "content": m.text()} for m in req.messages])
+        plan = req.tool_plan()
+        text = self.state.chat_template.render([m.for_template() for m in req.messages],
+                                               tools=plan.tools if plan else None)
         # The template writes its own special tokens, as apply_chat_template encodes it.
         prompt = tok.encode(text, add_special_tokens=self.state.chat_template.source is None)
         max_tokens = self.state.limits.max_tokens(len(prompt), req.requested_max_tokens, None,
                                                   "messages")
-        params = req.sampling(max_tokens, req.num_logprobs)
+        params = req.sampling(max_tokens, req.num_logprobs,
+                              plan.structured() if plan else None)
         gen = Generation(self.state, [prompt], params, priority=req.priority,
                          stream=bool(req.stream), arrival=arrival, kind="chatcmpl")
-        return await self._answer(request, gen, Shape(True, req.model, self.texts),
-                                  bool(req.stream), req.include_usage, params.stop,
-                                  req.num_logprobs is not None)
+        shape = Shape(True, req.model, self.texts)
+        if plan is not None:
+            return await self._answer_tools(request, gen, shape, plan, bool(req.stream),
+                                            req.include_usage)
+        return await self._answer(request, gen, shape, bool(req.stream), req.include_usage,
+                                  params.stop, req.num_logprobs is not None)
+
+    async def _answer_tools(self, request: Request, gen: Generation, shape: Shape,
+                            plan: ToolPlan, streaming: bool, include_usage: bool) -> Response:
+        """A reply that may call tools: the whole text is needed to tell content from
+        calls, so a stream sends them as one delta when the generation ends."""
+        created = int(time.time())
+        if streaming:
+            return EventStream(tool_events(shape, gen, plan, self.state.tokenizer, created,
+                                           include_usage=include_usage), gen)
+        seqs = await completed(request.receive, gen)
+        return json_response(tool_response(shape, gen, plan, seqs, self.state.tokenizer,
+                                           created))
 
     def _encode(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):

@@ -17,7 +17,7 @@ from typing import Any
 from turboinfer.errors import InvalidInputError, ModelLoadError
 from turboinfer.llm.tokenizer import token_text
 
-Message = dict[str, str]
+Message = dict[str, Any]
 
 
 def _pick_template(value: Any) -> str | None:
@@ -65,17 +65,29 @@ class ChatTemplate:
         return cls(source, bos_token=token_text(config.get("bos_token")) or "",
                    eos_token=token_text(config.get("eos_token")) or "")
 
-    def render(self, messages: list[Message]) -> str:
+    def render(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+               ) -> str:
         if self._compiled is None:
-            return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+            return _fallback(messages, tools)
         try:
             text: str = self._compiled.render(
                 messages=messages, add_generation_prompt=True, bos_token=self.bos_token,
-                eos_token=self.eos_token)
+                eos_token=self.eos_token, tools=tools)
         except self._errors as exc:
             raise InvalidInputError(f"the chat template refused the messages: {exc}",
                                     param="messages") from None
         return text
+
+
+def _fallback(messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
+    """One line per message (the tools first, calls in the <tool_call> tags the tool
+    parser reads), then ``assistant:``."""
+    lines = [f"tools: {json.dumps(tools)}"] if tools else []
+    for m in messages:
+        calls = "".join(f"<tool_call>{json.dumps(c.get('function', {}))}</tool_call>"
+                        for c in m.get("tool_calls") or [])
+        lines.append(f"{m['role']}: {m.get('content') or ''}{calls}")
+    return "".join(line + "\n" for line in lines) + "assistant:"
 
 
 class _TemplateRaised(Exception):

@@ -16,6 +16,7 @@ from turboinfer.errors import TurboinferError, reply_for
 from turboinfer.llm.sequence import Sequence, TokenLogprob
 from turboinfer.llm.server.generation import ClientGoneError, Generation
 from turboinfer.llm.server.textstream import TextStream
+from turboinfer.llm.server.tools import ToolPlan
 from turboinfer.llm.tokenizer import Tokenizer
 
 DONE = b"data: [DONE]\n\n"
@@ -164,5 +165,65 @@ async def stream(shape: Shape, gen: Generation, tokenizer: Tokenizer, stop: tupl
         return
     if include_usage:
         total = sum(s.num_output_tokens for s in gen.results if s is not None)
+        yield sse({**base, "choices": [], "usage": usage(sum(gen.prompt_lens), total)})
+    yield DONE
+
+
+def _tool_message(plan: ToolPlan, seq: Sequence, tokenizer: Tokenizer) -> tuple[Body, str]:
+    """The assistant message of a reply that may call tools, and its finish reason."""
+    content, calls = plan.calls(final_text(seq, tokenizer))
+    message: Body = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+        return message, "tool_calls"
+    return message, finish_reason(seq)
+
+
+def tool_response(shape: Shape, gen: Generation, plan: ToolPlan, seqs: list[Sequence],
+                  tokenizer: Tokenizer, created: int) -> Body:
+    body = shape.envelope(gen, created, chunk=False)
+    choices = []
+    for i, seq in enumerate(seqs):
+        message, reason = _tool_message(plan, seq, tokenizer)
+        choices.append({"index": i, "message": message, "logprobs": None,
+                        "finish_reason": reason})
+    body["choices"] = choices
+    body["usage"] = usage(sum(gen.prompt_lens), sum(s.num_output_tokens for s in seqs))
+    return body
+
+
+async def tool_events(shape: Shape, gen: Generation, plan: ToolPlan, tokenizer: Tokenizer,
+                      created: int, *, include_usage: bool) -> AsyncIterator[bytes]:
+    """The SSE events of a reply that may call tools: the role, then the content or the
+    calls (each call's arguments whole in one delta, as clients concatenate them)."""
+    base = shape.envelope(gen, created, chunk=True)
+    if include_usage:
+        base["usage"] = None
+    yield sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                          "content": ""},
+                                    "logprobs": None, "finish_reason": None}]})
+    try:
+        seqs = await gen.wait()
+    except ClientGoneError:
+        return
+    except TurboinferError as exc:
+        yield sse(error_body(exc))
+        yield DONE
+        return
+    for i, seq in enumerate(seqs):
+        message, reason = _tool_message(plan, seq, tokenizer)
+        delta: Body = {}
+        if message["content"]:
+            delta["content"] = message["content"]
+        if "tool_calls" in message:
+            delta["tool_calls"] = [{"index": k, **c}
+                                   for k, c in enumerate(message["tool_calls"])]
+        if delta:
+            yield sse({**base, "choices": [{"index": i, "delta": delta, "logprobs": None,
+                                            "finish_reason": None}]})
+        yield sse({**base, "choices": [{"index": i, "delta": {}, "logprobs": None,
+                                        "finish_reason": reason}]})
+    if include_usage:
+        total = sum(s.num_output_tokens for s in seqs)
         yield sse({**base, "choices": [], "usage": usage(sum(gen.prompt_lens), total)})
     yield DONE

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turboinfer.errors import InvalidInputError
 from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.server.tools import ToolPlan, template_message
 from turboinfer.llm.structured import StructuredOutput
 
 M = TypeVar("M", bound=BaseModel)
@@ -96,14 +97,21 @@ class _Sampling(_Body):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
-    def sampling(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
+    def sampling(self, max_tokens: int, logprobs: int | None,
+                 tool_output: StructuredOutput | None = None) -> SamplingParams:
+        """The request's sampling; ``tool_output`` is a tool call's own constraint."""
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        structured = self.structured()
+        if tool_output is not None and structured is not None:
+            raise InvalidInputError("a required or named tool call already fixes the "
+                                    "output; drop response_format", param="response_format")
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=max(self.top_k or 0, 0), seed=self.seed, stop=stop,
-            ignore_eos=self.ignore_eos, logprobs=logprobs, structured=self.structured())
+            ignore_eos=self.ignore_eos, logprobs=logprobs,
+            structured=tool_output or structured)
 
 
 class CompletionRequest(_Sampling):
@@ -138,6 +146,17 @@ class ContentPart(_Body):
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant turn's calls
+    tool_call_id: str | None = None  # a tool result answers this call
+    name: str | None = None
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as the chat template reads it."""
+        message: dict[str, Any] = {"role": self.role, "content": self.text()}
+        for key in ("tool_calls", "tool_call_id", "name"):
+            if getattr(self, key) is not None:
+                message[key] = getattr(self, key)
+        return template_message(message)
 
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
@@ -150,6 +169,8 @@ class ChatMessage(_Body):
 
 class ChatRequest(_Sampling):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = False
     top_logprobs: Annotated[int, Field(ge=0)] | None = None
@@ -161,6 +182,9 @@ class ChatRequest(_Sampling):
     @property
     def num_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    def tool_plan(self) -> ToolPlan | None:
+        return ToolPlan.from_request(self.tools, self.tool_choice)
 
 
 class TokenizeRequest(_Body):
