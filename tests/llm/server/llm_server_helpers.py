@@ -48,6 +48,12 @@ class Server:
         except urllib.error.HTTPError as exc:
             return exc.code, dict(exc.headers), json.loads(exc.read())
 
+    def tokenize(self, prompt: str) -> list[int]:
+        status, _, raw = self.post("/tokenize", json.dumps({"prompt": prompt}).encode())
+        assert status == 200, raw
+        tokens: list[int] = json.loads(raw)["tokens"]
+        return tokens
+
     def wait_idle(self, deadline_s: float = 30.0) -> dict[str, Any]:
         """Poll /health until nothing runs and every KV block is free again."""
         end = time.monotonic() + deadline_s

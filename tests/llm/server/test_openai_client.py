@@ -208,3 +208,21 @@ def test_malformed_output_constraints_are_400(server: Server, body: dict[str, An
                "max_tokens": 4, **body}
     status, _, reply = server.post("/v1/chat/completions", json.dumps(request).encode())
     assert status == 400 and reply["error"]["param"] == "response_format", reply
+
+
+def test_n_choices_through_the_client(server: Server) -> None:
+    client = server.client()
+    prompt = "Return the value of"
+    first = client.completions.create(model="demo", prompt=prompt, n=3, max_tokens=8,
+                                      temperature=1.0, seed=11)
+    assert [c.index for c in first.choices] == [0, 1, 2]
+    assert first.usage is not None
+    assert first.usage.prompt_tokens == len(server.tokenize(prompt))
+    again = client.completions.create(model="demo", prompt=prompt, n=3, max_tokens=8,
+                                      temperature=1.0, seed=11)
+    assert [c.text for c in again.choices] == [c.text for c in first.choices]
+    assert len({c.text for c in first.choices}) > 1
+    chat = client.chat.completions.create(model="demo", n=2, max_tokens=6, stream=True,
+                                          messages=[{"role": "user", "content": "Hi"}])
+    seen = {c.choices[0].index for c in chat if c.choices}
+    assert seen == {0, 1}

@@ -36,7 +36,8 @@ def _check_error(status: int, body: Any, expected_status: int, param: str | None
     ({"prompt": 5}, 400, "prompt"),
     ({"temperature": [1]}, 400, "temperature"),
     ({"stop": 3}, 400, "stop"),
-    ({"n": 2}, 400, "n"),
+    ({"n": 0}, 400, "n"),
+    ({"n": 17}, 400, "n"),
     ({"prompt": [999999]}, 400, "prompt"),          # a token id outside the vocabulary
     ({"logprobs": 50}, 400, "logprobs"),
     ({"model": None}, 400, "model"),
@@ -83,7 +84,7 @@ def test_the_official_client_sees_typed_errors(server: Server) -> None:
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="x", max_tokens=2)
     with pytest.raises(openai.BadRequestError) as info:
-        client.completions.create(model="demo", prompt="x", max_tokens=2, n=2)
+        client.completions.create(model="demo", prompt="x", max_tokens=2, n=0)
     assert info.value.param == "n"
 
 

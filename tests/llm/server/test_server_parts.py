@@ -56,12 +56,13 @@ def test_chat_template_from_tokenizer_config(tmp_path: Path) -> None:
 
 
 async def _run_generation(llm: LLM, settings: ServerSettings, prompt: list[int],
-                          params: SamplingParams, priority: int = 0) -> Generation:
+                          params: SamplingParams, priority: int = 0, n: int = 1,
+                          stream: bool = True) -> Generation:
     state = build_state(llm, settings, Path("."), asyncio.get_running_loop())
     state.loop.start()
     try:
-        gen = Generation(state, [prompt], params, priority=priority, stream=True,
-                         arrival=time.perf_counter())
+        gen = Generation(state, [prompt], params, priority=priority, stream=stream,
+                         arrival=time.perf_counter(), n=n)
         try:
             await gen.wait()
         finally:
@@ -89,3 +90,21 @@ def test_priority_reaches_the_scheduler(tiny_llm_dir: Path) -> None:
     gen = asyncio.run(_run_generation(llm, ServerSettings(), prompt, params, priority=-3))
     seq = gen.results[0]
     assert seq is not None and seq.priority == -3 and seq.num_output_tokens == 3
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_n_choices_share_the_prompt_blocks(tiny_llm_dir: Path, stream: bool) -> None:
+    """The further choices join after the first choice's prefill: every full prompt block
+    of theirs comes from the prefix cache."""
+    llm = LLM(tiny_llm_dir, config=EngineConfig(kv_cache_tokens=1024))
+    prompt = llm.tokenizer.encode("the value of a list " * 12)
+    blocks = (len(prompt) - 1) // llm.config.block_size
+    assert blocks >= 2
+    params = SamplingParams(max_tokens=4, temperature=1.0, seed=7, ignore_eos=True)
+    gen = asyncio.run(_run_generation(llm, ServerSettings(), prompt, params, n=3,
+                                      stream=stream))
+    seqs = [s for s in gen.results if s is not None]
+    assert len(seqs) == 3 and all(s.num_output_tokens == 4 for s in seqs)
+    assert [s.params.seed for s in seqs] == [7, 8, 9]  # the choices differ, repeatably
+    assert llm.engine.block_manager.prefix_hits >= 2 * blocks
+    assert gen.prompt_tokens == len(prompt)

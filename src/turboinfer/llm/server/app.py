@@ -87,6 +87,7 @@ class Routes:
         req = parse(CompletionRequest, await request.body())
         self._check_model(req.model)
         req.check_supported()
+        n = req.choices
         self.state.limits.check_logprobs(req.logprobs, "logprobs")
         prompts = [self._encode(p) for p in req.prompts()]
         max_tokens = min(self.state.limits.max_tokens(len(p), req.max_tokens,
@@ -94,7 +95,7 @@ class Routes:
                          for p in prompts)
         params = req.sampling(max_tokens, req.logprobs)
         gen = Generation(self.state, prompts, params, priority=req.priority,
-                         stream=bool(req.stream), arrival=arrival)
+                         stream=bool(req.stream), arrival=arrival, n=n)
         return await self._answer(request, gen, Shape(False, req.model, self.texts),
                                   bool(req.stream), req.include_usage, params.stop,
                                   req.logprobs is not None)
@@ -103,7 +104,7 @@ class Routes:
         arrival = time.perf_counter()
         req = parse(ChatRequest, await request.body())
         self._check_model(req.model)
-        req.check_n()
+        n = req.choices
         self.state.limits.check_logprobs(req.top_logprobs, "top_logprobs")
         tok = self.state.tokenizer
         plan = req.tool_plan()
@@ -116,7 +117,7 @@ class Routes:
         params = req.sampling(max_tokens, req.num_logprobs,
                               plan.structured() if plan else None)
         gen = Generation(self.state, [prompt], params, priority=req.priority,
-                         stream=bool(req.stream), arrival=arrival, kind="chatcmpl")
+                         stream=bool(req.stream), arrival=arrival, kind="chatcmpl", n=n)
         shape = Shape(True, req.model, self.texts)
         if plan is not None:
             return await self._answer_tools(request, gen, shape, plan, bool(req.stream),

@@ -8,6 +8,8 @@ passed) aborts whatever still runs, which frees the KV blocks in the loop's next
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import hmac
 import itertools
 import os
@@ -87,22 +89,40 @@ def new_id(kind: str) -> str:
 
 
 class Generation:
-    """``prompts`` (token ids) submitted together; ``stream`` asks for every step's tokens."""
+    """``prompts`` (token ids) submitted together, ``n`` choices each (choice
+    ``prompt * n + j``); ``stream`` asks for every step's tokens.
+
+    A prompt's further choices join once its first has been prefilled, so their prompt
+    blocks come from the prefix cache instead of being computed ``n`` times; with a
+    ``seed``, choice ``j`` samples with ``seed + j``, so the choices differ and repeat.
+    """
 
     def __init__(self, state: ServerState, prompts: list[list[int]], params: SamplingParams,
-                 *, priority: int, stream: bool, arrival: float, kind: str = "cmpl") -> None:
-        state.admit(len(prompts))
+                 *, priority: int, stream: bool, arrival: float, kind: str = "cmpl",
+                 n: int = 1) -> None:
+        state.admit(len(prompts) * n)
         self.state = state
         self.id = new_id(kind)
         self.arrival = arrival
-        self.prompt_lens = [len(p) for p in prompts]
-        self.results: list[Sequence | None] = [None] * len(prompts)
+        self.prompt_lens = [len(p) for p in prompts for _ in range(n)]
+        self.prompt_tokens = sum(len(p) for p in prompts)  # usage counts a prompt once
+        self.results: list[Sequence | None] = [None] * len(self.prompt_lens)
         self._queue: asyncio.Queue[Update] = asyncio.Queue()
-        self._open = set(range(len(prompts)))
+        self._open = set(range(len(self.prompt_lens)))
         self._closed = False
+        self._add = functools.partial(state.loop.add, priority=priority, queue=self._queue)
+        self._stream = stream
+        # First choice's index -> the (index, prompt, params) of the copies waiting for it.
+        self._copies: dict[int, list[tuple[int, list[int], SamplingParams]]] = {}
         for i, prompt in enumerate(prompts):
-            state.loop.add(f"{self.id}-{i}", i, prompt, params, priority=priority,
-                           queue=self._queue, every_step=stream)
+            first = i * n
+            self._copies[first] = [
+                (first + j, prompt, params if params.seed is None
+                 else dataclasses.replace(params, seed=params.seed + j))
+                for j in range(1, n)]
+            # Its first token must come back even unstreamed: it lets the copies in.
+            self._add(f"{self.id}-{first}", first, prompt, params,
+                      every_step=stream or n > 1)
         loop = asyncio.get_running_loop()
         deadline = arrival + state.settings.request_timeout_s - time.perf_counter()
         self._timer = loop.call_later(max(deadline, 0.0), self._interrupt, RequestTimeoutError(
@@ -116,6 +136,11 @@ class Generation:
             update = await self._queue.get()
             if update.error is not None:
                 raise update.error
+            copies = self._copies.pop(update.index, None)
+            if copies and not self._closed:  # its prompt is in the prefix cache now
+                for index, prompt, params in copies:
+                    self._add(f"{self.id}-{index}", index, prompt, params,
+                              every_step=self._stream)
             metrics.generation_tokens.inc(len(update.token_ids))
             if update.finished:
                 assert update.seq is not None

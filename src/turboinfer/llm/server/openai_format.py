@@ -114,7 +114,7 @@ def response(shape: Shape, gen: Generation, seqs: list[Sequence], tokenizer: Tok
         shape.choice(i, final_text(s, tokenizer), s.output_token_ids,
                      s.logprobs if with_logprobs else None, finish_reason(s), delta=False)
         for i, s in enumerate(seqs)]
-    body["usage"] = usage(sum(gen.prompt_lens), sum(s.num_output_tokens for s in seqs))
+    body["usage"] = usage(gen.prompt_tokens, sum(s.num_output_tokens for s in seqs))
     return body
 
 
@@ -165,7 +165,7 @@ async def stream(shape: Shape, gen: Generation, tokenizer: Tokenizer, stop: tupl
         return
     if include_usage:
         total = sum(s.num_output_tokens for s in gen.results if s is not None)
-        yield sse({**base, "choices": [], "usage": usage(sum(gen.prompt_lens), total)})
+        yield sse({**base, "choices": [], "usage": usage(gen.prompt_tokens, total)})
     yield DONE
 
 
@@ -188,7 +188,7 @@ def tool_response(shape: Shape, gen: Generation, plan: ToolPlan, seqs: list[Sequ
         choices.append({"index": i, "message": message, "logprobs": None,
                         "finish_reason": reason})
     body["choices"] = choices
-    body["usage"] = usage(sum(gen.prompt_lens), sum(s.num_output_tokens for s in seqs))
+    body["usage"] = usage(gen.prompt_tokens, sum(s.num_output_tokens for s in seqs))
     return body
 
 
@@ -199,9 +199,10 @@ async def tool_events(shape: Shape, gen: Generation, plan: ToolPlan, tokenizer: 
     base = shape.envelope(gen, created, chunk=True)
     if include_usage:
         base["usage"] = None
-    yield sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                          "content": ""},
-                                    "logprobs": None, "finish_reason": None}]})
+    for i in range(len(gen.prompt_lens)):
+        yield sse({**base, "choices": [{"index": i, "delta": {"role": "assistant",
+                                                              "content": ""},
+                                        "logprobs": None, "finish_reason": None}]})
     try:
         seqs = await gen.wait()
     except ClientGoneError:
@@ -225,5 +226,5 @@ async def tool_events(shape: Shape, gen: Generation, plan: ToolPlan, tokenizer: 
                                         "finish_reason": reason}]})
     if include_usage:
         total = sum(s.num_output_tokens for s in seqs)
-        yield sse({**base, "choices": [], "usage": usage(sum(gen.prompt_lens), total)})
+        yield sse({**base, "choices": [], "usage": usage(gen.prompt_tokens, total)})
     yield DONE

@@ -22,6 +22,8 @@ M = TypeVar("M", bound=BaseModel)
 
 # OpenAI's default for completions; chat defaults to the rest of the context.
 COMPLETION_DEFAULT_MAX_TOKENS = 16
+# Choices per prompt (OpenAI's n) at most: each one is a sequence in the batch.
+MAX_N = 16
 
 
 class _Body(BaseModel):
@@ -89,9 +91,13 @@ class _Sampling(_Body):
             asked[0].check()
         return asked[0] if asked else None
 
-    def check_n(self) -> None:
-        if self.n not in (None, 1):
-            raise InvalidInputError("only n=1 is supported", param="n")
+    @property
+    def choices(self) -> int:
+        """How many choices per prompt (``n``), within MAX_N."""
+        n = 1 if self.n is None else self.n
+        if not 1 <= n <= MAX_N:
+            raise InvalidInputError(f"n must be in [1, {MAX_N}]", param="n")
+        return n
 
     @property
     def include_usage(self) -> bool:
@@ -131,7 +137,6 @@ class CompletionRequest(_Sampling):
         return list(p)
 
     def check_supported(self) -> None:
-        self.check_n()
         if self.echo:
             raise InvalidInputError("echo is not supported", param="echo")
         if self.suffix:
