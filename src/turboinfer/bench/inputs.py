@@ -12,6 +12,8 @@ from turboinfer.shapes import DeclaredInput, concrete_shape
 
 # The size used for a dynamic non-batch axis (e.g. sequence length) when nothing says.
 DEFAULT_DYNAMIC_SIZE = 128
+# The range of an integer input whose size nothing tells (token ids of an unknown vocabulary).
+SMALL_INTS = 100
 
 
 def declared_inputs(specs: list[TensorSpec]) -> list[DeclaredInput]:
@@ -31,8 +33,8 @@ def random_feeds(
     """Seeded random inputs matching ``specs``; the batch axis takes ``batch_size``.
 
     ``shapes`` gives an input's shape without its batch axis (:mod:`turboinfer.shapes`);
-    other dynamic axes take ``DEFAULT_DYNAMIC_SIZE``. Integer inputs get small
-    non-negative values so they are valid token ids / indices.
+    other dynamic axes take ``DEFAULT_DYNAMIC_SIZE``. Integer inputs are read by their
+    names (``integer_feed``) so that they stay valid indices.
     """
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -42,9 +44,25 @@ def random_feeds(
         if np.issubdtype(spec.dtype, np.floating):
             feeds[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
         elif np.issubdtype(spec.dtype, np.integer):
-            feeds[spec.name] = rng.integers(0, 100, size=shape).astype(spec.dtype)
+            feeds[spec.name] = integer_feed(spec.name, shape, SMALL_INTS, rng).astype(spec.dtype)
         elif spec.dtype == np.bool_:
             feeds[spec.name] = np.ones(shape, dtype=np.bool_)
         else:
             raise ConfigError(f"cannot make random data for input {spec.name!r} of {spec.dtype}")
     return feeds
+
+
+def integer_feed(name: str, shape: tuple[int, ...], high: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """An integer input as what its name says it usually is: attention masks all ones,
+    token type / segment ids zeros (BERT's type vocabulary holds 2: random values ran past
+    it, and ONNX Runtime's Gather refused them), position ids ``0..S-1``, anything else
+    ids in ``[0, high)``."""
+    lower = name.lower()
+    if "mask" in lower:
+        return np.ones(shape, np.int64)
+    if "type" in lower or "segment" in lower:
+        return np.zeros(shape, np.int64)
+    if "position" in lower and len(shape) >= 2:
+        return np.broadcast_to(np.arange(shape[-1]), shape).copy()
+    return rng.integers(0, high, size=shape)

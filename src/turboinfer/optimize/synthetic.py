@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from turboinfer.bench.inputs import random_feeds
+from turboinfer.bench.inputs import integer_feed, random_feeds
 from turboinfer.engines.base import TensorSpec
 
 SMALL_INTS = 16  # the range of an integer input whose meaning nothing tells
@@ -49,17 +49,8 @@ def synthetic_feeds(specs: list[TensorSpec], count: int, model_path: Path | None
     for spec in specs:
         if np.issubdtype(spec.dtype, np.integer):
             shape = feeds[spec.name].shape
-            feeds[spec.name] = _integers(spec.name.lower(), shape, vocab.get(spec.name),
-                                         rng).astype(spec.dtype)
+            feeds[spec.name] = integer_feed(spec.name, shape,
+                                            vocab.get(spec.name) or SMALL_INTS,
+                                            rng).astype(spec.dtype)
     return feeds
 
-
-def _integers(name: str, shape: tuple[int, ...], vocab: int | None,
-              rng: np.random.Generator) -> np.ndarray:
-    if "mask" in name:
-        return np.ones(shape, np.int64)
-    if "type" in name or "segment" in name:
-        return np.zeros(shape, np.int64)
-    if "position" in name and len(shape) >= 2:
-        return np.broadcast_to(np.arange(shape[-1]), shape).copy()
-    return rng.integers(0, vocab or SMALL_INTS, size=shape)
