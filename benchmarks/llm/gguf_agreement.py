@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from turboinfer.hardware import profile
 from turboinfer.llm import LLM, SamplingParams
 from turboinfer.llm.api import model_folder
 from turboinfer.llm.server.chat import ChatTemplate
@@ -81,11 +82,10 @@ def ours(path: Path, tokens: int) -> dict[str, list[list[int]]]:
             "chat": [list(llm.generate([chat], params)[0].token_ids)]}
 
 
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
+def _cpu() -> dict[str, object]:
+    """The CPU as the project's hardware probe names it, with its ISA features."""
+    cpu = profile(engines=False, gpus=False).cpu
+    return {"cpu": cpu.model_name, "isa": sorted(cpu.features)}
 
 
 def main() -> None:
@@ -110,7 +110,7 @@ def main() -> None:
                          "equal": a == b, "tokens_agreeing_before_first_difference": agree,
                          "tokens": len(b)})
     result = {"command": "python benchmarks/llm/gguf_agreement.py", "gguf": path.name,
-              "machine": {"cpu": _cpu(),
+              "machine": {**_cpu(),
                           "python": platform.python_version(), "torch": torch.__version__},
               "seconds": time.perf_counter() - start, "rows": rows,
               "all_equal": all(r["equal"] and r["same_prompt_ids"] for r in rows)}

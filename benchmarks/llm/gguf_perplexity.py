@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from turboinfer.hardware import profile
 from turboinfer.llm import LLM, EngineConfig
 from turboinfer.llm.api import model_folder
 from turboinfer.llm.config import QuantMode
@@ -132,6 +133,12 @@ def per_kernel(gguf: Path, ids: list[int], window: int) -> dict[str, float]:
     return out
 
 
+def _cpu() -> dict[str, object]:
+    """The CPU as the project's hardware probe names it, with its ISA features."""
+    cpu = profile(engines=False, gpus=False).cpu
+    return {"cpu": cpu.model_name, "isa": sorted(cpu.features)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gguf", type=Path, required=True)
@@ -156,18 +163,12 @@ def main() -> None:
     if args.llamacpp_python:
         result["llama_cpp"] = llama_cpp(args, ids)
     result["ratios_to_fp32"] = {k: v / ppl["fp32"] for k, v in ppl.items()}
-    result["machine"] = {"cpu": _cpu(), "python": platform.python_version()}
+    result["machine"] = {**_cpu(), "python": platform.python_version()}
     result["command"] = " ".join(["python", "benchmarks/llm/gguf_perplexity.py",
                                   *sys.argv[1:]])
     (HERE / args.output).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
 
 
 if __name__ == "__main__":

@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 from pathlib import Path
 
 import torch
 
+from turboinfer.hardware import profile
 from turboinfer.llm import LLM, SamplingParams
 from turboinfer.llm.structured import StructuredOutput
 
@@ -39,6 +39,12 @@ def tpot_ms(llm: LLM, batch: int, tokens: int, structured: StructuredOutput | No
                              structured=structured) for i in range(batch)]
     outputs = llm.generate(["Return the items as JSON: "] * batch, params)
     return statistics.median(o.tpot_s for o in outputs) * 1e3
+
+
+def _cpu() -> dict[str, object]:
+    """The CPU as the project's hardware probe names it, with its ISA features."""
+    cpu = profile(engines=False, gpus=False).cpu
+    return {"cpu": cpu.model_name, "isa": sorted(cpu.features)}
 
 
 def main() -> None:
@@ -64,19 +70,13 @@ def main() -> None:
         values["ratio"] = values["json_schema"] / values["plain"]
     result = {"command": "python benchmarks/llm/structured_tpot.py " + " ".join(
                   f"--{k} {v}" for k, v in vars(args).items() if v is not None),
-              "machine": {"cpu": _cpu(), "cores": os.cpu_count(),
+              "machine": {**_cpu(), "cores": os.cpu_count(),
                           "torch_threads": torch.get_num_threads(),
                           "load_average_1m": os.getloadavg()[0]},
               "tpot_ms": summary, "rounds": rows}
     (HERE / args.output).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
 
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
 
 
 if __name__ == "__main__":
