@@ -56,8 +56,7 @@ class LLMEngine:
         if tokenizer is not None:
             self.eos_ids |= set(tokenizer.eos_token_ids)
         self._by_request: dict[str, Sequence] = {}
-        self.guides = Guides(None if tokenizer is None else tokenizer.inner.to_str(),
-                             model.config.vocab_size, min(self.eos_ids, default=None))
+        self.guides = Guides(tokenizer, model.config.vocab_size, min(self.eos_ids, default=None))
 
     # -- requests ----------------------------------------------------------------------
 

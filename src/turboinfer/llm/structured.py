@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from turboinfer.errors import InvalidInputError, MissingDependencyError
+from turboinfer.llm.tokenizer import Tokenizer
 
 Kind = Literal["json_object", "json_schema", "regex", "grammar"]
 # JSON laid out as json.dumps lays it out. With llguidance's default (any whitespace
@@ -143,19 +144,20 @@ class Guides:
     cost 60 us); several go to llguidance's own thread pool at once, outside the GIL.
     """
 
-    def __init__(self, tokenizer_json: str | None, vocab_size: int,
+    def __init__(self, tokenizer: Tokenizer | None, vocab_size: int,
                  eos_token_id: int | None) -> None:
-        self._source = (tokenizer_json, vocab_size, eos_token_id)
+        self._source = (tokenizer, vocab_size, eos_token_id)
         self._compiler: GuideCompiler | None = None
         self._executor: Any = None
 
     def guide(self, structured: StructuredOutput) -> Guide:
         if self._compiler is None:
-            tokenizer_json, vocab_size, eos = self._source
-            if tokenizer_json is None:
+            tokenizer, vocab_size, eos = self._source
+            if tokenizer is None:
                 raise InvalidInputError("structured output needs the model's tokenizer",
                                         param="response_format")
-            self._compiler = GuideCompiler(tokenizer_json, vocab_size, eos)
+            # Serialized here, on the first constrained request, not at every engine start.
+            self._compiler = GuideCompiler(tokenizer.inner.to_str(), vocab_size, eos)
             self._executor = _llguidance().LLExecutor()
         return self._compiler.guide(structured)
 

@@ -162,7 +162,7 @@ class Routes:
         req.check_one_input()
         template = self.state.chat_template
         if req.messages is not None:
-            text = template.render([{"role": m.role, "content": m.text()} for m in req.messages])
+            text = template.render([m.for_template() for m in req.messages])
         else:
             text = req.prompt or ""
         # A rendered chat template writes its own special tokens, as apply_chat_template.

@@ -163,10 +163,16 @@ async def stream(shape: Shape, gen: Generation, tokenizer: Tokenizer, stop: tupl
         yield sse(error_body(exc))
         yield DONE
         return
-    if include_usage:
-        total = sum(s.num_output_tokens for s in gen.results if s is not None)
-        yield sse({**base, "choices": [], "usage": usage(gen.prompt_tokens, total)})
-    yield DONE
+    for event in _ending(base, gen, include_usage):
+        yield event
+
+
+def _ending(base: Body, gen: Generation, include_usage: bool) -> list[bytes]:
+    """The last events of a stream: the usage chunk when asked for, then ``[DONE]``."""
+    if not include_usage:
+        return [DONE]
+    total = sum(s.num_output_tokens for s in gen.results if s is not None)
+    return [sse({**base, "choices": [], "usage": usage(gen.prompt_tokens, total)}), DONE]
 
 
 def _tool_message(plan: ToolPlan, seq: Sequence, tokenizer: Tokenizer) -> tuple[Body, str]:
@@ -224,7 +230,5 @@ async def tool_events(shape: Shape, gen: Generation, plan: ToolPlan, tokenizer: 
                                             "finish_reason": None}]})
         yield sse({**base, "choices": [{"index": i, "delta": {}, "logprobs": None,
                                         "finish_reason": reason}]})
-    if include_usage:
-        total = sum(s.num_output_tokens for s in seqs)
-        yield sse({**base, "choices": [], "usage": usage(gen.prompt_tokens, total)})
-    yield DONE
+    for event in _ending(base, gen, include_usage):
+        yield event
