@@ -2,7 +2,7 @@
 
     python benchmarks/prune/run.py [--out benchmarks/prune/results.json] [--only NAME ...]
 
-Each configuration goes through ``prune_builtin`` (the code behind ``turboinfer prune``);
+Each configuration goes through ``prune_model`` (the code behind ``turboinfer prune``);
 ONNX Runtime latency of the original and the pruned file is measured interleaved, in
 rounds, within that configuration (median of per-round p50s; p99 over all runs). Torch
 runs on one thread for ranking and distillation: on a shared two-core machine two
@@ -26,7 +26,7 @@ import torch
 
 from turboinfer.corpus import stdlib_docstrings
 from turboinfer.prune.measure import LatencySettings
-from turboinfer.prune.pipeline import prune_builtin
+from turboinfer.prune.pipeline import prune_model
 from turboinfer.prune.settings import DistillSettings, Protect, PruneSettings
 
 
@@ -99,7 +99,7 @@ def run(config: Config, latency: LatencySettings) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         text = reference_text(Path(tmp) / "text.txt") if config.extra_text else None
-        report = prune_builtin(config.model, config.settings, Path(tmp) / "out",
+        report = prune_model(config.model, config.settings, Path(tmp) / "out",
                                train_path=text, latency=latency)
         data = report.to_dict()
     data["config"] = {"name": config.name, "claim": config.claim,

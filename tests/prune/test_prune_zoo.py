@@ -40,12 +40,12 @@ def test_minilm_loses_heads_and_ffn_channels_and_still_exports(tmp_path: Path) -
     import onnxruntime as ort
 
     from turboinfer.prune.measure import LatencySettings
-    from turboinfer.prune.pipeline import prune_builtin
+    from turboinfer.prune.pipeline import prune_model
     from turboinfer.prune.settings import DistillSettings, PruneSettings
 
     settings = PruneSettings(target_sparsity=0.3, taylor_batches=1, batch_size=16,
                              distill=DistillSettings(epochs=0))
-    report = prune_builtin("builtin:minilm", settings, tmp_path,
+    report = prune_model("builtin:minilm", settings, tmp_path,
                            latency=LatencySettings(rounds=1, seconds_per_round=0.0))
     data = report.to_dict()
     assert data["attention_heads"]["after"] == [8] * 6  # ceil(0.3 * 12) heads cut per layer

@@ -20,7 +20,7 @@ import hashlib
 import importlib
 import inspect
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +106,14 @@ def load_torch_source(ref: str, specs: Sequence[InputSpec] = ()) -> TorchSource:
 
 
 def _from_factory(ref: str, specs: Sequence[InputSpec]) -> TorchSource:
+    return factory_source(ref, lambda model: specs)
+
+
+def factory_source(
+    ref: str, specs_for: Callable[[torch.nn.Module], Sequence[InputSpec]]
+) -> TorchSource:
+    """``package.module:factory`` → ``TorchSource``, the example inputs chosen once the
+    model exists (``specs_for(model)``; empty: the module's ``example_inputs()`` hook)."""
     module_name, _, attribute = ref.partition(":")
     module = _import(module_name, ref)
     factory = getattr(module, attribute, None)
@@ -124,6 +132,7 @@ def _from_factory(ref: str, specs: Sequence[InputSpec]) -> TorchSource:
             "return the model instance"
         )
     model.eval()
+    specs = specs_for(model)
     hook = getattr(module, "example_inputs", None)
     examples = _examples(ref, model, specs, hook() if callable(hook) and not specs else None)
     source_file = getattr(module, "__file__", None) or ""

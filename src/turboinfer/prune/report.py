@@ -12,6 +12,29 @@ from turboinfer.prune.sparsity24 import NOTE as SEMI_STRUCTURED_NOTE
 
 
 @dataclass(frozen=True)
+class Budget:
+    """How far the metric may fall from the unpruned model's, and whether it held."""
+
+    max_drop: float
+    drop: float | None  # None when the metric was not measured
+
+    @classmethod
+    def of(cls, max_drop: float | None, before: float | None,
+           after: float | None) -> Budget | None:
+        if max_drop is None:
+            return None
+        return cls(max_drop, None if before is None or after is None else before - after)
+
+    @property
+    def met(self) -> bool:
+        # A budget bounds the drop: a pruned model that scores higher keeps it.
+        return self.drop is not None and self.drop <= self.max_drop
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_drop": self.max_drop, "drop": self.drop, "met": self.met}
+
+
+@dataclass(frozen=True)
 class PruneReport:
     model: str
     metric_name: str
@@ -20,6 +43,7 @@ class PruneReport:
     latency: dict[str, Latency]  # "original", "pruned" and, with 2:4, "structured"
     files: dict[str, str] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
+    budget: Budget | None = None
 
     def to_dict(self) -> dict[str, Any]:
         r = self.result
@@ -39,6 +63,7 @@ class PruneReport:
             "attention_heads": {"before": r.heads_before, "after": r.heads_after},
             "distill_loss_per_epoch": r.distill_losses,
             "semi_structured": self._semi_structured(),
+            "budget": self.budget.to_dict() if self.budget else None,
             "files": self.files,
             "machine": self.machine,
         }
@@ -99,6 +124,13 @@ def format_text(report: dict[str, Any]) -> str:
            if metric["after_semi_structured"] is not None else "")
         + f", after distillation {_num(metric['after_distillation'])}",
     ]
+    budget = report.get("budget")
+    if budget:
+        verdict = "kept" if budget["met"] else (
+            "MISSED: distil longer or faster (--distill-epochs, --lr) or prune less "
+            "(--target-sparsity)")
+        lines.append(f"budget: drop {_num(budget['drop'])} against at most "
+                     f"{budget['max_drop']:g}: {verdict}")
     for label, row in lat.items():
         lines.append(f"onnxruntime {label}: p50 {row['p50_ms']:.3f} ms, p99 {row['p99_ms']:.3f} ms")
     if report["speedup_p50"]:

@@ -17,9 +17,20 @@ DEFAULT_SCHEDULE_SPLIT = 0.6  # L1 takes the first 60% of the target: coarse cut
 # training set is ~51,000 short texts (recombined bundled sentences): two epochs at batch
 # 32 and lr 3e-4 are what benchmarks/README.md records (~16 minutes each on one core);
 # the general defaults (10 epochs of batch 64 at 1e-4) would take over two hours there.
+# A Hugging Face encoder folder is distilled on the same text, so it gets the same.
+TEXT_ENCODER_TRAINING: dict[str, float] = {"epochs": 2, "lr": 3e-4, "batch_size": 32}
 BUILTIN_TRAINING: dict[str, dict[str, float]] = {
-    "minilm": {"epochs": 2, "lr": 3e-4, "batch_size": 32},
+    "minilm": TEXT_ENCODER_TRAINING,
 }
+
+
+def training_defaults(ref: str) -> dict[str, float]:
+    """The training settings ``ref`` gets where the user sets none (empty: the general ones)."""
+    from turboinfer.models.refs import BUILTIN, is_hf_folder  # torch-free
+
+    if ref.startswith(BUILTIN):
+        return BUILTIN_TRAINING.get(ref.removeprefix(BUILTIN), {})
+    return TEXT_ENCODER_TRAINING if is_hf_folder(ref) else {}
 
 
 class Objective(str, enum.Enum):
