@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache, partial
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ from turboinfer.models.weights import cached_state_dict
 from turboinfer.models.zoo import EvalSet, Feeds, Metric, ZooEntry
 
 VERSION = "1"
+Net = TypeVar("Net", bound=nn.Module)  # any classifier of the digits: this one, digits-dsconv
 _SEED = 0
 _EPOCHS = 30
 _BATCH = 64
@@ -73,7 +75,7 @@ def data() -> DigitsData:
     return DigitsData(train_x, train_y, test_x, test_y)
 
 
-def train(model: DigitsCNN) -> DigitsCNN:
+def train(model: Net) -> Net:
     """Seeded Adam with a one-cycle schedule; reaches ~99% held-out accuracy."""
     threads = torch.get_num_threads()
     # Ops this small gain nothing from threads, and on a busy machine a second thread
@@ -85,7 +87,7 @@ def train(model: DigitsCNN) -> DigitsCNN:
         torch.set_num_threads(threads)
 
 
-def _fit(model: DigitsCNN) -> DigitsCNN:
+def _fit(model: Net) -> Net:
     torch.manual_seed(_SEED)
     # The model may have been built under any RNG state: start from the seed's weights.
     for layer in model.modules():

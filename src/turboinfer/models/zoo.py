@@ -77,6 +77,7 @@ class ZooEntry:
 # so a module is imported only when its entry is first asked for; listing names is free.
 _TABLE: dict[str, tuple[str, str]] = {
     "digits-cnn": ("turboinfer.models.digits", "ENTRY"),
+    "digits-dsconv": ("turboinfer.models.digits_dsconv", "ENTRY"),
     "resnet18": ("turboinfer.models.resnet", "RESNET18"),
     "resnet50": ("turboinfer.models.resnet", "RESNET50"),
     "minilm": ("turboinfer.models.minilm", "ENTRY"),

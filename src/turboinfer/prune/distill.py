@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 
 import torch
@@ -110,19 +110,25 @@ def distill(
     *,
     after_update: Callable[[], None] | None = None,
     taps: Sequence[str] = (),
+    freeze_norms: bool = False,
+    lr_scale: Mapping[str, float] | None = None,
 ) -> list[float]:
     """Train ``student`` toward ``teacher`` for ``settings.epochs``; mean loss per epoch.
 
     ``after_update`` runs after every optimizer step (2:4 masks are re-applied there).
     ``taps`` name submodules whose outputs keep their shape under pruning (transformer
     layers writing the hidden stream); their outputs are matched too, weighted by
-    ``settings.feature_weight``.
+    ``settings.feature_weight``. ``freeze_norms`` keeps BatchNorm on its running
+    statistics (quantization-aware training: the engine folds them into the convs).
+    ``lr_scale`` multiplies the learning rate of the parameters whose names start with
+    a key (quantization ranges learn faster than weights).
     """
     if settings.epochs == 0:
         return []
     loss_fn = distill_loss(settings)
     optimizer = torch.optim.AdamW(
-        student.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
+        _groups(student, settings.lr, lr_scale or {}), lr=settings.lr,
+        weight_decay=settings.weight_decay,
     )
     batches = batch_count(data)
     # Per batch when the batch count is known: one or two long epochs over a large text
@@ -152,11 +158,22 @@ def distill(
         for _ in range(settings.epochs):
             on_batch = [f for f in (step_lr, after_update) if f is not None]
             history.append(_epoch(student, data, batch_loss, optimizer, on_batch,
-                                  dropout=dropout))
+                                  dropout=dropout, freeze_norms=freeze_norms))
             if step_lr is None:
                 schedule.step()
     student.eval()
     return history
+
+
+def _groups(
+    model: torch.nn.Module, lr: float, scale: Mapping[str, float]
+) -> list[dict[str, object]]:
+    """Parameter groups: one at ``lr``, one per ``scale`` prefix at ``lr`` times its factor."""
+    groups: dict[float, list[torch.nn.Parameter]] = {}
+    for name, parameter in model.named_parameters():
+        factor = next((f for prefix, f in scale.items() if name.startswith(prefix)), 1.0)
+        groups.setdefault(factor, []).append(parameter)
+    return [{"params": params, "lr": lr * factor} for factor, params in groups.items()]
 
 
 def _cosine(step: int, total: int) -> float:
@@ -172,13 +189,15 @@ def _epoch(
     on_batch: Sequence[Callable[[], None]],
     *,
     dropout: bool,
+    freeze_norms: bool = False,
 ) -> float:
     """One pass over ``data``; the mean loss. ``on_batch`` runs after every update."""
     student.train()
-    if not dropout:
-        for module in student.modules():
-            if isinstance(module, torch.nn.Dropout):
-                module.eval()  # BatchNorm and the rest stay in training mode
+    for module in student.modules():
+        if not dropout and isinstance(module, torch.nn.Dropout):
+            module.eval()  # BatchNorm and the rest stay in training mode
+        if freeze_norms and isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.eval()
     total, count = 0.0, 0
     for inputs, labels in data:
         loss = batch_loss(inputs, labels)
