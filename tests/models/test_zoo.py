@@ -24,13 +24,14 @@ def _torch_module(model: ResolvedModel) -> torch.nn.Module:
 
 def test_zoo_lists_the_builtins_with_consistent_signatures() -> None:
     entries = list_models()
-    assert [e.name for e in entries] == ["digits-cnn", "minilm", "resnet18", "resnet50"]
+    assert [e.name for e in entries] == ["digits-cnn", "digits-dsconv", "minilm", "resnet18",
+                                         "resnet50"]
     for entry in entries:
         feeds = entry.example_inputs(3)
         assert tuple(feeds) == entry.input_names
         assert all(len(value) == 3 for value in feeds.values())
         assert set(entry.dynamic_axes) >= set(entry.input_names)
-    assert [e.random_weights for e in entries] == [False, False, True, True]
+    assert [e.random_weights for e in entries] == [False, False, False, True, True]
 
 
 def test_digits_reaches_95_percent_through_onnx_runtime(
