@@ -13,7 +13,7 @@ import torch
 
 from turboinfer.cli import main
 from turboinfer.prune.settings import PruneSettings
-from turboinfer.prune.target import holdout, prune_target
+from turboinfer.prune.sources import holdout, prune_target
 
 HERE = Path(__file__).resolve().parent
 

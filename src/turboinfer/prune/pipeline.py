@@ -29,7 +29,8 @@ from turboinfer.prune.measure import LatencySettings, onnx_latency
 from turboinfer.prune.report import Budget, PruneReport, settings_dict
 from turboinfer.prune.requires import torch_pruning
 from turboinfer.prune.settings import PruneSettings
-from turboinfer.prune.target import PruneTarget, prune_target
+from turboinfer.prune.sources import prune_target
+from turboinfer.prune.target import PruneTarget
 
 
 @dataclass(frozen=True)
