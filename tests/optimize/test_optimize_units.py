@@ -10,7 +10,7 @@ import pytest
 from turboinfer.engines.base import TensorSpec
 from turboinfer.errors import ConfigError, InvalidInputError
 from turboinfer.optimize.batching import CurvePoint, plan_batching
-from turboinfer.optimize.calibration import conform, read_user_data, uniform_chunks
+from turboinfer.optimize.data.calibration import conform, read_user_data, uniform_chunks
 from turboinfer.optimize.mixed import float_order, search
 from turboinfer.optimize.settings import (
     BATCH_SIZES,

@@ -22,8 +22,8 @@ from onnxruntime.quantization.qdq_loss_debug import (
     modify_model_output_intermediate_tensors,
 )
 
-from turboinfer.optimize.calibration import FeedReader, run_batch
 from turboinfer.optimize.context import Context
+from turboinfer.optimize.data.calibration import FeedReader, run_batch
 from turboinfer.optimize.quantize import WEIGHTED_OPS
 from turboinfer.optimize.report import LayerSensitivity, OptimizeReport
 

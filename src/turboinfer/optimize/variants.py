@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import onnx
 
-from turboinfer.optimize.calibration import CALIBRATORS
 from turboinfer.optimize.context import Context
+from turboinfer.optimize.data.calibration import CALIBRATORS
 from turboinfer.optimize.fp16 import convert_fp16
 from turboinfer.optimize.graph import optimize_graph
 from turboinfer.optimize.quantize import (
