@@ -10,7 +10,7 @@ from pathlib import Path
 
 from turboinfer.engines.base import TensorSpec
 from turboinfer.optimize.data.calibration import CalibrationSet, compute_ranges
-from turboinfer.optimize.measure import Judge
+from turboinfer.optimize.judge.measure import Judge
 from turboinfer.optimize.quantize import StaticQuant, quantize_int8_static
 from turboinfer.optimize.report import ActivationDecision
 from turboinfer.optimize.settings import CalibrationMethod, OptimizeSettings

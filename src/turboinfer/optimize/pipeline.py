@@ -18,9 +18,9 @@ from turboinfer.models.onnx_file import check_onnx, input_specs
 from turboinfer.models.zoo import ZooEntry
 from turboinfer.optimize.activation import MachineFacts, decide_activation, machine_facts
 from turboinfer.optimize.context import Context
-from turboinfer.optimize.fidelity import PREFIX as FIDELITY
-from turboinfer.optimize.judging import judge_and_calibration
-from turboinfer.optimize.measure import Judge, failure_line, judge_built, judge_reference
+from turboinfer.optimize.judge.fidelity import PREFIX as FIDELITY
+from turboinfer.optimize.judge.judging import judge_and_calibration
+from turboinfer.optimize.judge.measure import Judge, failure_line, judge_built, judge_reference
 from turboinfer.optimize.mixed import add_mixed_precision
 from turboinfer.optimize.quantize import prepare, weighted_nodes
 from turboinfer.optimize.report import (
