@@ -33,10 +33,10 @@ from turboinfer.engines import (
 )
 from turboinfer.models import ResolvedModel
 from turboinfer.optimize.batching import plan_batching
+from turboinfer.optimize.builders.nncf_variants import add_nncf_variants
+from turboinfer.optimize.builders.nncf_variants import wanted as nncf_wanted
 from turboinfer.optimize.candidates import Candidate, Measured
 from turboinfer.optimize.choice import annotate, choose
-from turboinfer.optimize.nncf_variants import add_nncf_variants
-from turboinfer.optimize.nncf_variants import wanted as nncf_wanted
 from turboinfer.optimize.pipeline import (
     ModelRef,
     Progress,
