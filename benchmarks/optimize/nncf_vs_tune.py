@@ -37,8 +37,8 @@ from turboinfer.bench.latency import time_runs
 from turboinfer.bench.stats import spread, summarize_ns
 from turboinfer.engines import EngineSettings, ModelArtifact, load_session
 from turboinfer.models import resolve_model
+from turboinfer.optimize.search.tuning import run_tune
 from turboinfer.optimize.settings import CalibrationMethod, tune_settings_from
-from turboinfer.optimize.tuning import run_tune
 
 MODEL = "builtin:resnet18"
 SLO_MS, CALIB = 200.0, 300

@@ -9,9 +9,9 @@ import pytest
 
 from turboinfer.engines.base import TensorSpec
 from turboinfer.errors import ConfigError, InvalidInputError
-from turboinfer.optimize.batching import CurvePoint, plan_batching
 from turboinfer.optimize.builders.mixed import float_order, search
 from turboinfer.optimize.data.calibration import conform, read_user_data, uniform_chunks
+from turboinfer.optimize.search.batching import CurvePoint, plan_batching
 from turboinfer.optimize.settings import (
     BATCH_SIZES,
     TUNE_MEASURE,

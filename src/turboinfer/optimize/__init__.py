@@ -15,6 +15,8 @@ from typing import Any
 
 from turboinfer.optimize.pipeline import ModelRef, run_optimize
 from turboinfer.optimize.report import OptimizeReport, VariantResult
+from turboinfer.optimize.search.tune_report import TuneReport
+from turboinfer.optimize.search.tuning import run_tune
 from turboinfer.optimize.settings import (
     AccuracyBudget,
     ActivationType,
@@ -28,8 +30,6 @@ from turboinfer.optimize.settings import (
     settings_from,
     tune_settings_from,
 )
-from turboinfer.optimize.tune_report import TuneReport
-from turboinfer.optimize.tuning import run_tune
 
 __all__ = [
     "AccuracyBudget",

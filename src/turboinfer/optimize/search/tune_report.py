@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turboinfer.optimize.candidates import Measured
-from turboinfer.optimize.html import render_tune_html
 from turboinfer.optimize.report import OptimizeReport, budget_dict, write_json
+from turboinfer.optimize.search.candidates import Measured
+from turboinfer.optimize.search.html import render_tune_html
 from turboinfer.optimize.settings import TuneSettings
 from turboinfer.serve.config import (
     DynamicBatching,

@@ -32,11 +32,8 @@ from turboinfer.engines import (
     load_session,
 )
 from turboinfer.models import ResolvedModel
-from turboinfer.optimize.batching import plan_batching
 from turboinfer.optimize.builders.nncf_variants import add_nncf_variants
 from turboinfer.optimize.builders.nncf_variants import wanted as nncf_wanted
-from turboinfer.optimize.candidates import Candidate, Measured
-from turboinfer.optimize.choice import annotate, choose
 from turboinfer.optimize.pipeline import (
     ModelRef,
     Progress,
@@ -45,10 +42,13 @@ from turboinfer.optimize.pipeline import (
     run_optimize,
 )
 from turboinfer.optimize.report import OptimizeReport, VariantResult
-from turboinfer.optimize.rounds import Feeds, Point, Timed, Windows, run_rounds
+from turboinfer.optimize.search.batching import plan_batching
+from turboinfer.optimize.search.candidates import Candidate, Measured
+from turboinfer.optimize.search.choice import annotate, choose
+from turboinfer.optimize.search.rounds import Feeds, Point, Timed, Windows, run_rounds
+from turboinfer.optimize.search.tune_prune import PrunedVariants, build_pruned, check_prunable
+from turboinfer.optimize.search.tune_report import TuneReport, write_entry_for
 from turboinfer.optimize.settings import ENGINE_VARIANTS, TuneSettings, Variant
-from turboinfer.optimize.tune_prune import PrunedVariants, build_pruned, check_prunable
-from turboinfer.optimize.tune_report import TuneReport, write_entry_for
 
 
 def run_tune(model: ModelRef, repo: Path, settings: TuneSettings,
