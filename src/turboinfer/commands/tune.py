@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return _exit_code(report)
     metric = report.optimize.metric
     print(f"model: {report.model}  SLO p99 {args.slo_p99_ms:g} ms  "
-          f"budget {report.settings.budget}" + (f" of {metric.name}" if metric else "")
+          f"budget {report.optimize.budget}" + (f" of {metric.name}" if metric else "")
           + f"  ({report.elapsed_s:.0f} s)")
     print(format_table(TABLE_COLUMNS, report.table_rows()))
     for note in report.notes:

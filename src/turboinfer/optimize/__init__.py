@@ -28,6 +28,7 @@ from turboinfer.optimize.settings import (
     TuneSettings,
     Variant,
     settings_from,
+    tune_optimize_settings,
     tune_settings_from,
 )
 
@@ -122,14 +123,17 @@ def tune(
     is written unless ``write_on_slo_miss``. The data keywords are those of
     ``optimize``: with no labels the budget is checked as fidelity to FP32.
     """
-    settings = tune_settings_from(
-        slo_p99_ms=slo_p99_ms, max_accuracy_drop=max_accuracy_drop, engines=engines,
-        variants=variants, calib_data=calib_data, calib_count=calib_count,
-        batch_sizes=batch_sizes, threads=threads, name=name, prune=prune,
-        prune_epochs=prune_epochs, calib_images=calib_images, image_prep=image_prep,
-        synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric,
+    # Two objects, not one: the optimizer that builds the variants never reads the SLO,
+    # and the search never reads the calibration data.
+    built = tune_optimize_settings(
+        max_accuracy_drop=max_accuracy_drop, variants=variants, calib_data=calib_data,
+        calib_count=calib_count, calib_images=calib_images, image_prep=image_prep,
+        synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric)
+    search = tune_settings_from(
+        slo_p99_ms=slo_p99_ms, engines=engines, batch_sizes=batch_sizes, threads=threads,
+        name=name, prune=prune, prune_epochs=prune_epochs,
         write_on_slo_miss=write_on_slo_miss)
-    return run_tune(model, Path(repo), settings, progress)
+    return run_tune(model, Path(repo), built, search, progress)
 
 
 class _CallableModule(types.ModuleType):

@@ -65,7 +65,7 @@ class TuneReport:
     def budget(self) -> dict[str, Any]:
         """The budget as numbers, with the worst metric it allows (``floor``)."""
         metric = self.optimize.metric
-        data = budget_dict(self.settings.budget, self.optimize.reference.metric,
+        data = budget_dict(self.optimize.budget, self.optimize.reference.metric,
                            metric.higher_is_better if metric else True)
         assert data is not None  # tune always has a budget
         return data
