@@ -3,6 +3,11 @@
 ``optimize(model, output_dir, ...)`` writes one ONNX file per variant and ``report.json``;
 ``tune(model, repo, ...)`` searches variants x engines x settings under a latency SLO and
 an accuracy budget and writes a model-repository entry for the server.
+
+The parts (README.md beside this file): ``settings`` and ``report`` (what is asked and what
+is found), ``pipeline`` (the optimizer), ``data/`` (the samples fed to the model),
+``judge/`` (measuring and judging a variant), ``builders/`` (making variants) and
+``search/`` (the tune).
 """
 
 from __future__ import annotations
