@@ -16,7 +16,7 @@ from torch import nn
 from turboinfer.cli import main
 from turboinfer.errors import MissingDependencyError
 from turboinfer.models import minilm, resolve_model
-from turboinfer.optimize.tune_prune import check_prunable
+from turboinfer.optimize.search.tune_prune import check_prunable
 from turboinfer.prune import prune
 
 

@@ -6,7 +6,7 @@ import turboinfer
 
 
 def test_optimize_and_tune_are_callable_from_the_package() -> None:
-    import turboinfer.optimize.tuning  # importing submodules must not break it
+    import turboinfer.optimize.search.tuning  # importing submodules must not break it
 
     assert callable(turboinfer.optimize)
     assert turboinfer.optimize.optimize.__name__ == "optimize"

@@ -37,8 +37,12 @@ from turboinfer.bench.latency import time_runs
 from turboinfer.bench.stats import spread, summarize_ns
 from turboinfer.engines import EngineSettings, ModelArtifact, load_session
 from turboinfer.models import resolve_model
-from turboinfer.optimize.settings import CalibrationMethod, tune_settings_from
-from turboinfer.optimize.tuning import run_tune
+from turboinfer.optimize.search.tuning import run_tune
+from turboinfer.optimize.settings import (
+    CalibrationMethod,
+    tune_optimize_settings,
+    tune_settings_from,
+)
 
 MODEL = "builtin:resnet18"
 SLO_MS, CALIB = 200.0, 300
@@ -47,13 +51,13 @@ CORES = os.cpu_count() or 1
 
 
 def run_tune_step(repo: Path, budget: str) -> Any:
-    settings = tune_settings_from(slo_p99_ms=SLO_MS, max_accuracy_drop=budget,
-                                  engines=["onnxruntime", "openvino"],
-                                  variants=["int8-static"], calib_count=CALIB,
-                                  batch_sizes=[1])
-    settings = replace(settings, optimize=replace(
-        settings.optimize, calibrations=(CalibrationMethod.MINMAX,)))
-    return run_tune(MODEL, repo, settings, lambda line: print(f"  tune: {line}", flush=True))
+    built = replace(tune_optimize_settings(max_accuracy_drop=budget, variants=["int8-static"],
+                                           calib_count=CALIB),
+                    calibrations=(CalibrationMethod.MINMAX,))
+    search = tune_settings_from(slo_p99_ms=SLO_MS, engines=["onnxruntime", "openvino"],
+                                batch_sizes=[1])
+    return run_tune(MODEL, repo, built, search,
+                    lambda line: print(f"  tune: {line}", flush=True))
 
 
 def nncf_int8(model: Any, out: Path) -> Path:

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 from turboinfer.engines import EngineSettings, ModelArtifact, load_session
 from turboinfer.optimize import tune
-from turboinfer.optimize.nncf_variants import is_transformer, wanted
+from turboinfer.optimize.builders.nncf_variants import is_transformer, wanted
 from turboinfer.optimize.settings import OptimizeSettings, Variant, parse_variants
 from turboinfer.serve.config import ModelConfig, write_entry
 from turboinfer.serve.sources import DirectorySource

@@ -12,7 +12,7 @@ import pytest
 
 from turboinfer.errors import ConfigError, InvalidInputError
 from turboinfer.optimize import MeasureSettings, OptimizeReport, OptimizeSettings, Variant, optimize
-from turboinfer.optimize.measure import open_session
+from turboinfer.optimize.judge.measure import open_session
 from turboinfer.optimize.settings import settings_from
 
 CALIBRATIONS = ("minmax", "entropy", "percentile")

@@ -59,7 +59,7 @@ def test_a_chosen_pruned_model_is_servable(pruned_tune: Any, digits_model: Any,
     """The tuner's own entry when a pruned candidate won; otherwise the entry the tuner
     would write for the fastest pruned one (timing noise decides the winner on 2 cores)."""
     from turboinfer.engines import EngineSettings, ModelArtifact, load_session
-    from turboinfer.optimize.tune_report import write_entry_for
+    from turboinfer.optimize.search.tune_report import write_entry_for
 
     entry = pruned_tune.entry
     if not pruned_tune.best.candidate.variant_name.startswith("pruned-"):

@@ -9,19 +9,20 @@ import pytest
 
 from turboinfer.engines.base import TensorSpec
 from turboinfer.errors import ConfigError, InvalidInputError
-from turboinfer.optimize.batching import CurvePoint, plan_batching
-from turboinfer.optimize.calibration import conform, read_user_data, uniform_chunks
-from turboinfer.optimize.mixed import float_order, search
+from turboinfer.optimize.builders.mixed import float_order, search
+from turboinfer.optimize.data.calibration import conform, read_user_data, uniform_chunks
+from turboinfer.optimize.search.batching import CurvePoint, plan_batching
 from turboinfer.optimize.settings import (
     BATCH_SIZES,
     TUNE_MEASURE,
     AccuracyBudget,
     OptimizeSettings,
     PruneRequest,
-    TuneSettings,
     Variant,
+    check_tune_budget,
     parse_calibrations,
     parse_variants,
+    tune_optimize_settings,
     tune_settings_from,
 )
 
@@ -55,27 +56,29 @@ def curve(*points: tuple[int, float]) -> list[CurvePoint]:
     return [CurvePoint(b, p99 * 0.8, p99, b * 1000.0 / p99) for b, p99 in points]
 
 
-def test_tune_settings_are_parsed_once_into_one_object(tmp_path: Path) -> None:
-    settings = tune_settings_from(slo_p99_ms=5, max_accuracy_drop="1%", variants=["int8-static"],
-                                  calib_data=tmp_path, calib_count=64, threads=[2],
-                                  prune=0.3, prune_epochs=1)
-    assert settings.optimize.variants == (Variant.INT8_STATIC,)
-    assert settings.optimize.calib_data == tmp_path and settings.optimize.calib_count == 64
-    assert settings.budget == AccuracyBudget(1.0, relative=True) == settings.optimize.budget
-    assert settings.optimize.measure == TUNE_MEASURE
-    assert settings.batch_sizes == BATCH_SIZES and settings.threads == (2,)
-    assert settings.engines == () and settings.prune == PruneRequest(0.3, 1)
+def test_tune_settings_are_parsed_once_into_what_builds_and_what_searches(
+        tmp_path: Path) -> None:
+    built = tune_optimize_settings(max_accuracy_drop="1%", variants=["int8-static"],
+                                   calib_data=tmp_path, calib_count=64)
+    search = tune_settings_from(slo_p99_ms=5, threads=[2], prune=0.3, prune_epochs=1)
+    assert built.variants == (Variant.INT8_STATIC,)
+    assert built.calib_data == tmp_path and built.calib_count == 64
+    assert built.budget == AccuracyBudget(1.0, relative=True)
+    assert built.measure == TUNE_MEASURE
+    assert search.slo_p99_ms == 5.0
+    assert search.batch_sizes == BATCH_SIZES and search.threads == (2,)
+    assert search.engines == () and search.prune == PruneRequest(0.3, 1)
 
 
 def test_tune_settings_need_a_budget_a_positive_slo_and_known_engines() -> None:
     with pytest.raises(ConfigError, match="budget"):
-        TuneSettings(slo_p99_ms=5, optimize=OptimizeSettings())
+        check_tune_budget(OptimizeSettings())
     with pytest.raises(ConfigError, match="SLO"):
-        tune_settings_from(slo_p99_ms=0, max_accuracy_drop=1)
+        tune_settings_from(slo_p99_ms=0)
     with pytest.raises(ConfigError, match="tpu"):
-        tune_settings_from(slo_p99_ms=5, max_accuracy_drop=1, engines=["tpu"])
+        tune_settings_from(slo_p99_ms=5, engines=["tpu"])
     with pytest.raises(ConfigError, match="batch sizes"):
-        tune_settings_from(slo_p99_ms=5, max_accuracy_drop=1, batch_sizes=[])
+        tune_settings_from(slo_p99_ms=5, batch_sizes=[])
 
 
 def test_batching_picks_highest_throughput_inside_the_slo() -> None:

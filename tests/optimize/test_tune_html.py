@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from report_browser import render
-from turboinfer.optimize.batching import CurvePoint, plan_batching
-from turboinfer.optimize.candidates import Candidate, Measured
-from turboinfer.optimize.html import budget_floor, pareto_front, render_tune_html
 from turboinfer.optimize.report import budget_dict
+from turboinfer.optimize.search.batching import CurvePoint, plan_batching
+from turboinfer.optimize.search.candidates import Candidate, Measured
+from turboinfer.optimize.search.html import budget_floor, pareto_front, render_tune_html
 from turboinfer.optimize.settings import AccuracyBudget, Variant
 
 SLO_MS = 5.0

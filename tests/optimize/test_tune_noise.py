@@ -11,9 +11,9 @@ import pytest
 
 from turboinfer.bench.stats import Spread, spread
 from turboinfer.optimize import tune
-from turboinfer.optimize.batching import NOISE_FLOOR, CurvePoint, plan_batching
-from turboinfer.optimize.candidates import Candidate, Measured
-from turboinfer.optimize.choice import annotate, choose
+from turboinfer.optimize.search.batching import NOISE_FLOOR, CurvePoint, plan_batching
+from turboinfer.optimize.search.candidates import Candidate, Measured
+from turboinfer.optimize.search.choice import annotate, choose
 from turboinfer.optimize.settings import Variant
 
 

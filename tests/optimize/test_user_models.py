@@ -21,9 +21,9 @@ from turboinfer.engines.base import TensorSpec
 from turboinfer.errors import ConfigError
 from turboinfer.models.export import export_onnx
 from turboinfer.optimize import MetricKind, optimize, tune
-from turboinfer.optimize.evaluation import infer_kind
-from turboinfer.optimize.fidelity import fidelity_kind
-from turboinfer.optimize.synthetic import synthetic_feeds
+from turboinfer.optimize.data.synthetic import synthetic_feeds
+from turboinfer.optimize.judge.evaluation import infer_kind
+from turboinfer.optimize.judge.fidelity import fidelity_kind
 
 # The export tests' models (tests/models/user_models.py), loaded without touching sys.path.
 _SPEC = importlib.util.spec_from_file_location(

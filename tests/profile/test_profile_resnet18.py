@@ -17,8 +17,8 @@ import pytest
 from turboinfer.cli import main
 from turboinfer.models import resolve_model
 from turboinfer.models.onnx_file import input_specs
-from turboinfer.optimize.calibration import CalibrationSet, compute_ranges
-from turboinfer.optimize.quantize import StaticQuant, prepare, quantize_int8_static
+from turboinfer.optimize.builders.quantize import StaticQuant, prepare, quantize_int8_static
+from turboinfer.optimize.data.calibration import CalibrationSet, compute_ranges
 from turboinfer.optimize.settings import ActivationType, CalibrationMethod, OptimizeSettings
 from turboinfer.profile import QDQ_OP_TYPES
 

@@ -13,7 +13,7 @@ from turboinfer.output import format_table, print_json
 from turboinfer.progress import ProgressDisplay
 
 if TYPE_CHECKING:  # the module loads onnx: only for the annotation
-    from turboinfer.optimize.tune_report import TuneReport
+    from turboinfer.optimize.search.tune_report import TuneReport
 
 # Exit codes beyond the usual 0 / 2: nothing servable ran, or no candidate met the SLO.
 EXIT_NOTHING_RAN = 1
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # Here, not at the top: turboinfer.optimize loads onnx and onnxruntime (slow --help).
     from turboinfer.optimize import tune
-    from turboinfer.optimize.tune_report import TABLE_COLUMNS
+    from turboinfer.optimize.search.tune_report import TABLE_COLUMNS
 
     with ProgressDisplay() as display:
         report = tune(args.model, args.output, slo_p99_ms=args.slo_p99_ms,
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return _exit_code(report)
     metric = report.optimize.metric
     print(f"model: {report.model}  SLO p99 {args.slo_p99_ms:g} ms  "
-          f"budget {report.settings.budget}" + (f" of {metric.name}" if metric else "")
+          f"budget {report.optimize.budget}" + (f" of {metric.name}" if metric else "")
           + f"  ({report.elapsed_s:.0f} s)")
     print(format_table(TABLE_COLUMNS, report.table_rows()))
     for note in report.notes:

@@ -3,6 +3,11 @@
 ``optimize(model, output_dir, ...)`` writes one ONNX file per variant and ``report.json``;
 ``tune(model, repo, ...)`` searches variants x engines x settings under a latency SLO and
 an accuracy budget and writes a model-repository entry for the server.
+
+The parts (README.md beside this file): ``settings`` and ``report`` (what is asked and what
+is found), ``pipeline`` (the optimizer), ``data/`` (the samples fed to the model),
+``judge/`` (measuring and judging a variant), ``builders/`` (making variants) and
+``search/`` (the tune).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any
 
 from turboinfer.optimize.pipeline import ModelRef, run_optimize
 from turboinfer.optimize.report import OptimizeReport, VariantResult
+from turboinfer.optimize.search.tune_report import TuneReport
+from turboinfer.optimize.search.tuning import run_tune
 from turboinfer.optimize.settings import (
     AccuracyBudget,
     ActivationType,
@@ -26,10 +33,9 @@ from turboinfer.optimize.settings import (
     TuneSettings,
     Variant,
     settings_from,
+    tune_optimize_settings,
     tune_settings_from,
 )
-from turboinfer.optimize.tune_report import TuneReport
-from turboinfer.optimize.tuning import run_tune
 
 __all__ = [
     "AccuracyBudget",
@@ -122,14 +128,17 @@ def tune(
     is written unless ``write_on_slo_miss``. The data keywords are those of
     ``optimize``: with no labels the budget is checked as fidelity to FP32.
     """
-    settings = tune_settings_from(
-        slo_p99_ms=slo_p99_ms, max_accuracy_drop=max_accuracy_drop, engines=engines,
-        variants=variants, calib_data=calib_data, calib_count=calib_count,
-        batch_sizes=batch_sizes, threads=threads, name=name, prune=prune,
-        prune_epochs=prune_epochs, calib_images=calib_images, image_prep=image_prep,
-        synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric,
+    # Two objects, not one: the optimizer that builds the variants never reads the SLO,
+    # and the search never reads the calibration data.
+    built = tune_optimize_settings(
+        max_accuracy_drop=max_accuracy_drop, variants=variants, calib_data=calib_data,
+        calib_count=calib_count, calib_images=calib_images, image_prep=image_prep,
+        synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric)
+    search = tune_settings_from(
+        slo_p99_ms=slo_p99_ms, engines=engines, batch_sizes=batch_sizes, threads=threads,
+        name=name, prune=prune, prune_epochs=prune_epochs,
         write_on_slo_miss=write_on_slo_miss)
-    return run_tune(model, Path(repo), settings, progress)
+    return run_tune(model, Path(repo), built, search, progress)
 
 
 class _CallableModule(types.ModuleType):

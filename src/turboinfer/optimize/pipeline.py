@@ -16,13 +16,15 @@ from turboinfer.errors import ConfigError, TurboinferError
 from turboinfer.models import ResolvedModel, resolve_model
 from turboinfer.models.onnx_file import check_onnx, input_specs
 from turboinfer.models.zoo import ZooEntry
-from turboinfer.optimize.activation import MachineFacts, decide_activation, machine_facts
-from turboinfer.optimize.context import Context
-from turboinfer.optimize.fidelity import PREFIX as FIDELITY
-from turboinfer.optimize.judging import judge_and_calibration
-from turboinfer.optimize.measure import Judge, failure_line, judge_built, judge_reference
-from turboinfer.optimize.mixed import add_mixed_precision
-from turboinfer.optimize.quantize import prepare, weighted_nodes
+from turboinfer.optimize.builders.activation import MachineFacts, decide_activation, machine_facts
+from turboinfer.optimize.builders.context import Context
+from turboinfer.optimize.builders.mixed import add_mixed_precision
+from turboinfer.optimize.builders.quantize import prepare, weighted_nodes
+from turboinfer.optimize.builders.sensitivity import add_sensitivity
+from turboinfer.optimize.builders.variants import BUILDERS, NOTHING_TO_QUANTIZE
+from turboinfer.optimize.judge.fidelity import PREFIX as FIDELITY
+from turboinfer.optimize.judge.judging import judge_and_calibration
+from turboinfer.optimize.judge.measure import Judge, failure_line, judge_built, judge_reference
 from turboinfer.optimize.report import (
     ActivationDecision,
     Built,
@@ -30,10 +32,8 @@ from turboinfer.optimize.report import (
     OptimizeReport,
     VariantResult,
 )
-from turboinfer.optimize.sensitivity import add_sensitivity
 from turboinfer.optimize.settings import OptimizeSettings, Variant
 from turboinfer.optimize.settings import settings_from as settings_from  # the command line's import
-from turboinfer.optimize.variants import BUILDERS, NOTHING_TO_QUANTIZE
 
 log = logging.getLogger(__name__)
 

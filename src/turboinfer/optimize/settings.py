@@ -218,11 +218,11 @@ class PruneRequest:
 
 @dataclass(frozen=True)
 class TuneSettings:
-    """What ``tune`` searches, under which SLO. ``optimize`` builds and judges the
-    variants: its budget is the tune's budget, its measure settings time every point."""
+    """What ``tune`` searches, under which SLO. The variants it searches over are built and
+    judged by the optimizer under their own ``OptimizeSettings`` (``tune_optimize_settings``),
+    whose budget is the tune's budget: the search reads only what is here."""
 
     slo_p99_ms: float
-    optimize: OptimizeSettings
     engines: tuple[str, ...] = ()  # empty: every installed engine
     threads: tuple[int, ...] = ()  # empty: 1 and every usable core
     batch_sizes: tuple[int, ...] = BATCH_SIZES
@@ -236,8 +236,6 @@ class TuneSettings:
     write_on_slo_miss: bool = False
 
     def __post_init__(self) -> None:
-        if self.optimize.budget is None:
-            raise ConfigError("tune needs an accuracy budget")
         if self.rounds < 1 or self.point_seconds < 0:
             raise ConfigError("tune needs at least one timing round and seconds >= 0")
         if self.slo_p99_ms <= 0:
@@ -249,32 +247,37 @@ class TuneSettings:
             raise ConfigError(f"unknown engine {unknown[0]!r}; known: "
                               f"{', '.join(ENGINE_VARIANTS)}")
 
-    @property
-    def budget(self) -> AccuracyBudget:
-        assert self.optimize.budget is not None  # checked in __post_init__
-        return self.optimize.budget
 
-
-def tune_settings_from(*, slo_p99_ms: float, max_accuracy_drop: str | float,
-                       engines: Sequence[str] | None = None,
-                       variants: Sequence[str] | None = None,
-                       calib_data: str | Path | None = None, calib_count: int | None = None,
+def tune_settings_from(*, slo_p99_ms: float, engines: Sequence[str] | None = None,
                        batch_sizes: Sequence[int] | None = None,
                        threads: Sequence[int] | None = None, name: str | None = None,
                        prune: float | None = None, prune_epochs: int | None = None,
-                       write_on_slo_miss: bool = False, **data: Any) -> TuneSettings:
-    """Tune settings from the API keywords of ``tune``; None keeps a default. ``data``
-    takes the data keywords of ``settings_from`` (``calib_images``, ``image_prep``,
-    ``synthetic_calib``, ``eval_data``, ``metric``)."""
-    optimize = settings_from(variants, calib_data=calib_data, calib_count=calib_count,
-                             max_accuracy_drop=max_accuracy_drop, measure=TUNE_MEASURE,
-                             **data)
+                       write_on_slo_miss: bool = False) -> TuneSettings:
+    """The search's settings from the API keywords of ``tune``; None keeps a default."""
     return TuneSettings(
-        slo_p99_ms=float(slo_p99_ms), optimize=optimize, engines=tuple(engines or ()),
+        slo_p99_ms=float(slo_p99_ms), engines=tuple(engines or ()),
         threads=tuple(threads or ()),
         batch_sizes=BATCH_SIZES if batch_sizes is None else tuple(batch_sizes), name=name,
         prune=None if prune is None else PruneRequest(float(prune), prune_epochs),
         write_on_slo_miss=write_on_slo_miss)
+
+
+def tune_optimize_settings(*, max_accuracy_drop: str | float,
+                           variants: Sequence[str] | None = None, **data: Any
+                           ) -> OptimizeSettings:
+    """The settings of the optimizer run that builds and judges the variants ``tune``
+    searches over: a budget is required, and every point is timed with ``TUNE_MEASURE``.
+    ``data`` takes the data keywords of ``settings_from`` (``calib_data``, ``calib_count``,
+    ``calib_images``, ``image_prep``, ``synthetic_calib``, ``eval_data``, ``metric``)."""
+    optimize = settings_from(variants, max_accuracy_drop=max_accuracy_drop,
+                             measure=TUNE_MEASURE, **data)
+    check_tune_budget(optimize)
+    return optimize
+
+
+def check_tune_budget(optimize: OptimizeSettings) -> None:
+    if optimize.budget is None:
+        raise ConfigError("tune needs an accuracy budget")
 
 
 def settings_from(variants: Sequence[str] | None = None, **fields: Any) -> OptimizeSettings:

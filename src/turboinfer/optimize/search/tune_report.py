@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turboinfer.optimize.candidates import Measured
-from turboinfer.optimize.html import render_tune_html
 from turboinfer.optimize.report import OptimizeReport, budget_dict, write_json
+from turboinfer.optimize.search.candidates import Measured
+from turboinfer.optimize.search.html import render_tune_html
 from turboinfer.optimize.settings import TuneSettings
 from turboinfer.serve.config import (
     DynamicBatching,
@@ -65,7 +65,7 @@ class TuneReport:
     def budget(self) -> dict[str, Any]:
         """The budget as numbers, with the worst metric it allows (``floor``)."""
         metric = self.optimize.metric
-        data = budget_dict(self.settings.budget, self.optimize.reference.metric,
+        data = budget_dict(self.optimize.budget, self.optimize.reference.metric,
                            metric.higher_is_better if metric else True)
         assert data is not None  # tune always has a budget
         return data

@@ -15,7 +15,7 @@ import numpy as np
 
 from turboinfer.models import metrics
 from turboinfer.models.zoo import Feeds, RunFn
-from turboinfer.optimize.evaluation import Evaluator
+from turboinfer.optimize.judge.evaluation import Evaluator
 
 PREFIX = "fidelity:"
 # Names of a 2-D output that hold embeddings rather than class scores.

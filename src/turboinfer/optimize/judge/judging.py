@@ -13,10 +13,10 @@ from turboinfer.errors import ConfigError
 from turboinfer.models import ResolvedModel
 from turboinfer.models.metrics import BATCH
 from turboinfer.models.zoo import EvalSet
-from turboinfer.optimize.calibration import CalibrationSet, load_calibration
-from turboinfer.optimize.evaluation import Evaluator, user_evaluator, zoo_evaluator
-from turboinfer.optimize.fidelity import fidelity_evaluator
-from turboinfer.optimize.measure import Judge, open_session
+from turboinfer.optimize.data.calibration import CalibrationSet, load_calibration
+from turboinfer.optimize.judge.evaluation import Evaluator, user_evaluator, zoo_evaluator
+from turboinfer.optimize.judge.fidelity import fidelity_evaluator
+from turboinfer.optimize.judge.measure import Judge, open_session
 from turboinfer.optimize.settings import OptimizeSettings
 
 NOTHING_TO_MEASURE = (

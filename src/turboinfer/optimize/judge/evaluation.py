@@ -32,7 +32,7 @@ from turboinfer.engines.base import TensorSpec
 from turboinfer.errors import ConfigError, InvalidInputError
 from turboinfer.models import metrics
 from turboinfer.models.zoo import EvalSet, RunFn, ZooEntry
-from turboinfer.optimize.calibration import conform, read_user_data
+from turboinfer.optimize.data.calibration import conform, read_user_data
 from turboinfer.optimize.settings import MetricKind
 
 LABELS = "labels"

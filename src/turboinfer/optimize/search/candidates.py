@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turboinfer.optimize.batching import BatchingPlan, CurvePoint
+from turboinfer.optimize.search.batching import BatchingPlan, CurvePoint
 from turboinfer.optimize.settings import Variant
 
 # Engines the model repository can name (``serve.config.ModelConfig.engine``).

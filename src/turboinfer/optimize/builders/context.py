@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turboinfer.engines.base import TensorSpec
-from turboinfer.optimize.calibration import CalibrationSet, compute_ranges
-from turboinfer.optimize.measure import Judge
-from turboinfer.optimize.quantize import StaticQuant, quantize_int8_static
+from turboinfer.optimize.builders.quantize import StaticQuant, quantize_int8_static
+from turboinfer.optimize.data.calibration import CalibrationSet, compute_ranges
+from turboinfer.optimize.judge.measure import Judge
 from turboinfer.optimize.report import ActivationDecision
 from turboinfer.optimize.settings import CalibrationMethod, OptimizeSettings
 

@@ -22,9 +22,9 @@ from onnxruntime.quantization.qdq_loss_debug import (
     modify_model_output_intermediate_tensors,
 )
 
-from turboinfer.optimize.calibration import FeedReader, run_batch
-from turboinfer.optimize.context import Context
-from turboinfer.optimize.quantize import WEIGHTED_OPS
+from turboinfer.optimize.builders.context import Context
+from turboinfer.optimize.builders.quantize import WEIGHTED_OPS
+from turboinfer.optimize.data.calibration import FeedReader, run_batch
 from turboinfer.optimize.report import LayerSensitivity, OptimizeReport
 
 # Samples to compare on: SQNR settles within a few batches, and every activation of both

@@ -33,10 +33,10 @@ import onnx
 from turboinfer.engines import EngineSettings
 from turboinfer.models import ResolvedModel
 from turboinfer.models.onnx_file import check_onnx, input_specs
-from turboinfer.optimize.calibration import CalibrationSet
-from turboinfer.optimize.judging import judge_and_calibration
-from turboinfer.optimize.logs import quiet
-from turboinfer.optimize.measure import Judge, file_size, latency_of, metric_of
+from turboinfer.optimize.builders.logs import quiet
+from turboinfer.optimize.data.calibration import CalibrationSet
+from turboinfer.optimize.judge.judging import judge_and_calibration
+from turboinfer.optimize.judge.measure import Judge, file_size, latency_of, metric_of
 from turboinfer.optimize.report import OptimizeReport, VariantResult
 from turboinfer.optimize.settings import AccuracyBudget, OptimizeSettings, Variant
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from turboinfer.hardware import has_fast_fp16, int8_activation_type, profile
-from turboinfer.optimize.context import Context
-from turboinfer.optimize.measure import interleaved_p50
+from turboinfer.optimize.builders.context import Context
+from turboinfer.optimize.judge.measure import interleaved_p50
 from turboinfer.optimize.report import ActivationDecision
 from turboinfer.optimize.settings import ActivationType
 

@@ -11,16 +11,16 @@ from collections.abc import Callable
 
 import onnx
 
-from turboinfer.optimize.calibration import CALIBRATORS
-from turboinfer.optimize.context import Context
-from turboinfer.optimize.fp16 import convert_fp16
-from turboinfer.optimize.graph import optimize_graph
-from turboinfer.optimize.quantize import (
+from turboinfer.optimize.builders.context import Context
+from turboinfer.optimize.builders.fp16 import convert_fp16
+from turboinfer.optimize.builders.graph import optimize_graph
+from turboinfer.optimize.builders.quantize import (
     INT4_MIN_MATMUL_WEIGHTS,
     matmul_weight_elements,
     quantize_int4,
     quantize_int8_dynamic,
 )
+from turboinfer.optimize.data.calibration import CALIBRATORS
 from turboinfer.optimize.report import Built
 from turboinfer.optimize.settings import Variant
 

@@ -32,11 +32,8 @@ from turboinfer.engines import (
     load_session,
 )
 from turboinfer.models import ResolvedModel
-from turboinfer.optimize.batching import plan_batching
-from turboinfer.optimize.candidates import Candidate, Measured
-from turboinfer.optimize.choice import annotate, choose
-from turboinfer.optimize.nncf_variants import add_nncf_variants
-from turboinfer.optimize.nncf_variants import wanted as nncf_wanted
+from turboinfer.optimize.builders.nncf_variants import add_nncf_variants
+from turboinfer.optimize.builders.nncf_variants import wanted as nncf_wanted
 from turboinfer.optimize.pipeline import (
     ModelRef,
     Progress,
@@ -45,31 +42,45 @@ from turboinfer.optimize.pipeline import (
     run_optimize,
 )
 from turboinfer.optimize.report import OptimizeReport, VariantResult
-from turboinfer.optimize.rounds import Feeds, Point, Timed, Windows, run_rounds
-from turboinfer.optimize.settings import ENGINE_VARIANTS, TuneSettings, Variant
-from turboinfer.optimize.tune_prune import PrunedVariants, build_pruned, check_prunable
-from turboinfer.optimize.tune_report import TuneReport, write_entry_for
+from turboinfer.optimize.search.batching import plan_batching
+from turboinfer.optimize.search.candidates import Candidate, Measured
+from turboinfer.optimize.search.choice import annotate, choose
+from turboinfer.optimize.search.rounds import Feeds, Point, Timed, Windows, run_rounds
+from turboinfer.optimize.search.tune_prune import build_pruned, check_prunable
+from turboinfer.optimize.search.tune_report import TuneReport, write_entry_for
+from turboinfer.optimize.settings import (
+    ENGINE_VARIANTS,
+    MeasureSettings,
+    OptimizeSettings,
+    TuneSettings,
+    Variant,
+    check_tune_budget,
+)
 
 
-def run_tune(model: ModelRef, repo: Path, settings: TuneSettings,
+def run_tune(model: ModelRef, repo: Path, optimize: OptimizeSettings, settings: TuneSettings,
              progress: Progress | None = None) -> TuneReport:
+    """Build and judge the variants under ``optimize`` (its budget is the tune's), then
+    search them under ``settings``."""
     say = progress or (lambda message: None)
     started = time.perf_counter()
+    check_tune_budget(optimize)
     resolved = resolve(model)
     if settings.prune is not None:
         check_prunable(resolved)
     name = settings.name or resolved.name.replace("/", "-")
     work = ensure_writable(Path(repo) / name / "tune")
     say("building variants")
-    report = run_optimize(resolved, work / "variants", settings.optimize, say)
-    if nncf_wanted(settings.optimize, _engines(settings), report):
+    report = run_optimize(resolved, work / "variants", optimize, say)
+    if nncf_wanted(optimize, _engines(settings), report):
         say("building OpenVINO INT8 variants with NNCF")
-        report = add_nncf_variants(resolved, report, settings.optimize)
+        report = add_nncf_variants(resolved, report, optimize)
     sources: list[tuple[OptimizeReport, ResolvedModel]] = [(report, resolved)]
-    pruned = _pruned(resolved, report, work, settings, say)
+    pruned = (None if settings.prune is None else
+              build_pruned(resolved, report, work, settings.prune, optimize, say))
     if pruned is not None:
         sources.append((pruned.report, pruned.resolved))
-    measured = _measure_all(sources, report, settings, say)
+    measured = _measure_all(sources, report, optimize.measure, settings, say)
     decision = choose(measured)
     measured = annotate(measured, decision)
     chosen = None if decision is None else decision.chosen
@@ -85,16 +96,9 @@ def run_tune(model: ModelRef, repo: Path, settings: TuneSettings,
     return tuned
 
 
-def _pruned(resolved: ResolvedModel, report: OptimizeReport, work: Path, settings: TuneSettings,
-            say: Progress) -> PrunedVariants | None:
-    if settings.prune is None:
-        return None
-    return build_pruned(resolved, report, work, settings.prune, settings.optimize,
-                        say)
-
-
 def _measure_all(sources: list[tuple[OptimizeReport, ResolvedModel]], reference: OptimizeReport,
-                 settings: TuneSettings, say: Progress) -> list[Measured]:
+                 measure: MeasureSettings, settings: TuneSettings, say: Progress
+                 ) -> list[Measured]:
     """Every candidate of every source model, judged on engines against ``reference``,
     loaded first and then timed in interleaved rounds."""
     planned = [(c, source) for report, source in sources
@@ -103,8 +107,8 @@ def _measure_all(sources: list[tuple[OptimizeReport, ResolvedModel]], reference:
     loaded: list[tuple[Candidate, Timed | None, str | None]] = []
     for index, (candidate, source) in enumerate(planned, 1):
         say(f"[{index}/{len(planned)}] loading {candidate.label}")
-        loaded.append(_load(candidate, source, reference, settings, feeds))
-    windows = Windows.split(settings.optimize.measure, settings.rounds,
+        loaded.append(_load(candidate, source, reference, settings.batch_sizes, feeds))
+    windows = Windows.split(measure, settings.rounds,
                             settings.point_seconds, settings.slo_p99_ms)
     run_rounds([t for _, t, _ in loaded if t is not None], windows, say)
     return [_result(candidate, timed, error, settings) for candidate, timed, error in loaded]
@@ -142,7 +146,7 @@ def _default_threads(report: OptimizeReport) -> tuple[int, ...]:
 
 
 def _load(candidate: Candidate, resolved: ResolvedModel, report: OptimizeReport,
-          settings: TuneSettings, cache: dict[tuple[str, int], Feeds]
+          batch_sizes: tuple[int, ...], cache: dict[tuple[str, int], Feeds]
           ) -> tuple[Candidate, Timed | None, str | None]:
     """The candidate's session, its metric on its engine, and its batch sizes to time."""
     artifact = ModelArtifact(resolved.name, candidate.path,
@@ -151,7 +155,7 @@ def _load(candidate: Candidate, resolved: ResolvedModel, report: OptimizeReport,
     try:
         session = load_session(artifact, candidate.engine,
                                EngineSettings(intra_op_threads=candidate.threads))
-        candidate = _engine_metric(candidate, session, resolved, report, settings)
+        candidate = _engine_metric(candidate, session, report)
     except Exception as exc:  # an engine that cannot load or run it: this candidate only
         return candidate, None, one_line(exc)
 
@@ -162,7 +166,7 @@ def _load(candidate: Candidate, resolved: ResolvedModel, report: OptimizeReport,
             cache[key] = feeds_for(resolved, session, batch, {})
         return cache[key]
 
-    points = [Point(batch) for batch in sorted(settings.batch_sizes)]
+    points = [Point(batch) for batch in sorted(batch_sizes)]
     return candidate, Timed(session, points, feeds), None
 
 
@@ -175,14 +179,15 @@ def _result(candidate: Candidate, timed: Timed | None, error: str | None,
                     notes=tuple(timed.notes))
 
 
-def _engine_metric(candidate: Candidate, session: Session, resolved: ResolvedModel,
-                   report: OptimizeReport, settings: TuneSettings) -> Candidate:
-    """The metric on this engine: engines differ in int8 kernels and fused ops, so a
-    variant judged on ORT is judged again where it would run."""
+def _engine_metric(candidate: Candidate, session: Session, report: OptimizeReport
+                   ) -> Candidate:
+    """The metric on this engine, under the budget ``report`` was judged with: engines
+    differ in int8 kernels and fused ops, so a variant judged on ORT is judged again
+    where it would run."""
     if candidate.engine == "onnxruntime" or report.evaluate is None or report.metric is None:
         return candidate
     value = float(report.evaluate(session.run))
     reference = report.reference.metric
-    within = (None if reference is None else
-              settings.budget.meets(reference, value, report.metric.higher_is_better))
+    within = (None if reference is None or report.budget is None else
+              report.budget.meets(reference, value, report.metric.higher_is_better))
     return replace(candidate, metric=value, within_budget=within)

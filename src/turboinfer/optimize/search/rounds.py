@@ -25,7 +25,7 @@ from turboinfer.bench.latency import time_runs
 from turboinfer.bench.reasons import one_line, pinned_axis_hint
 from turboinfer.bench.stats import spread, summarize_ns
 from turboinfer.engines import Session
-from turboinfer.optimize.batching import CurvePoint
+from turboinfer.optimize.search.batching import CurvePoint
 from turboinfer.optimize.settings import MeasureSettings
 
 Feeds = Mapping[str, np.ndarray]

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from turboinfer.optimize.context import Context
-from turboinfer.optimize.measure import judge_built, metric_of
+from turboinfer.optimize.builders.context import Context
+from turboinfer.optimize.judge.measure import judge_built, metric_of
 from turboinfer.optimize.report import Built, MixedResult, MixedStep, OptimizeReport
 from turboinfer.optimize.settings import CalibrationMethod, Variant
 

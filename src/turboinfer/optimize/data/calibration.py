@@ -24,9 +24,9 @@ from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from turboinfer.engines.base import TensorSpec, format_shape
 from turboinfer.errors import ConfigError, InvalidInputError
-from turboinfer.optimize.images import load_images
+from turboinfer.optimize.data.images import load_images
+from turboinfer.optimize.data.synthetic import synthetic_feeds
 from turboinfer.optimize.settings import CalibrationMethod, OptimizeSettings
-from turboinfer.optimize.synthetic import synthetic_feeds
 
 log = logging.getLogger(__name__)
 

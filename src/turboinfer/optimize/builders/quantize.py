@@ -23,8 +23,8 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from turboinfer.optimize.calibration import CALIBRATORS
-from turboinfer.optimize.logs import quiet, scratch_cwd
+from turboinfer.optimize.builders.logs import quiet, scratch_cwd
+from turboinfer.optimize.data.calibration import CALIBRATORS
 from turboinfer.optimize.settings import ActivationType, CalibrationMethod
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from turboinfer.bench.stats import LatencyStats, summarize_ns
 from turboinfer.engines import EngineSettings, ModelArtifact, Session, load_session
 from turboinfer.errors import TurboinferError
 from turboinfer.models.zoo import EvalSet, ZooEntry
-from turboinfer.optimize.evaluation import Evaluator, zoo_evaluator
+from turboinfer.optimize.judge.evaluation import Evaluator, zoo_evaluator
 from turboinfer.optimize.report import Built, VariantResult
 from turboinfer.optimize.settings import AccuracyBudget, MeasureSettings, Variant
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from turboinfer.bench.stats import Spread
-from turboinfer.optimize.batching import NOISE_FLOOR, BatchingPlan
-from turboinfer.optimize.candidates import Measured
+from turboinfer.optimize.search.batching import NOISE_FLOOR, BatchingPlan
+from turboinfer.optimize.search.candidates import Measured
 from turboinfer.optimize.settings import ENGINE_VARIANTS, Variant
 
 # How plain a variant is; every quantized variant (int8, int4, mixed, NNCF) ranks alike.

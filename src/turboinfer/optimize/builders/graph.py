@@ -18,7 +18,7 @@ import onnx
 import onnxruntime as ort
 import onnxslim
 
-from turboinfer.optimize.logs import quiet
+from turboinfer.optimize.builders.logs import quiet
 
 log = logging.getLogger(__name__)
 
