@@ -5,9 +5,9 @@
 """
 
 from turboinfer.llm.api import LLM, RequestOutput, demo_model_dir
-from turboinfer.llm.config import EngineConfig, ModelConfig, QuantMode
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.model.config import EngineConfig, ModelConfig, QuantMode
 
 __all__ = ["LLM", "EngineConfig", "LLMEngine", "ModelConfig", "QuantMode", "RequestOutput",
            "SamplingParams", "demo_model_dir"]

@@ -11,16 +11,16 @@ from pathlib import Path
 import torch
 
 from turboinfer.errors import InvalidInputError, UnknownModelError
-from turboinfer.llm.config import EngineConfig, QuantMode
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.gguf import gguf_folder
-from turboinfer.llm.kernels import KernelChoice, select_kernels
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.backends.cpu.kernels import KernelChoice, select_kernels
+from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.sequence import Sequence
+from turboinfer.llm.model.config import EngineConfig, QuantMode
+from turboinfer.llm.model.gguf import gguf_folder
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import load_model
 from turboinfer.llm.placement import Placement
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.sequence import Sequence
-from turboinfer.llm.threads import ThreadChoice, choose_threads
 from turboinfer.llm.tokenizer import Tokenizer
 
 DEMO_DIR = Path(__file__).parent / "demo"
@@ -38,7 +38,7 @@ def demo_model_dir(name: str = "model") -> Path:
 
 def model_folder(model: str | Path | None) -> Path:
     """The folder a model reference names: the demo for None, a ``.gguf`` file converted
-    once into a cached folder (``llm.gguf``), else the folder itself."""
+    once into a cached folder (``llm/model/gguf.py``), else the folder itself."""
     if model is None:
         return demo_model_dir()
     path = Path(model)

@@ -23,10 +23,10 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from turboinfer.llm.attention import KVCache
-from turboinfer.llm.lean_decode import LayerPlan, Linear, rows_kernel, supports_lean
-from turboinfer.llm.model import DecoderLayer, LlamaModel
-from turboinfer.llm.native import NativeLibrary
+from turboinfer.llm.backends.cpu.native import NativeLibrary
+from turboinfer.llm.backends.torch.lean_decode import LayerPlan, Linear, rows_kernel, supports_lean
+from turboinfer.llm.model.attention import KVCache
+from turboinfer.llm.model.llama import DecoderLayer, LlamaModel
 
 MAX_HEAD_DIM = 512          # decode.c's bound on the rotation's row buffer
 

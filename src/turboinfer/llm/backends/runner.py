@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import torch
 
-from turboinfer.llm.attention import AttentionBatch, KVCache
-from turboinfer.llm.batch_decode import BatchDecoder, supports_batch_decode
-from turboinfer.llm.lean_decode import LeanDecoder, supports_lean
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.native import native_status
-from turboinfer.llm.native_decode import NativeDecoder
+from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder, supports_batch_decode
+from turboinfer.llm.backends.cpu.native import native_status
+from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
+from turboinfer.llm.backends.torch.lean_decode import LeanDecoder, supports_lean
+from turboinfer.llm.model.attention import AttentionBatch, KVCache
+from turboinfer.llm.model.llama import LlamaModel
 
 
 @dataclass(frozen=True)
@@ -39,15 +39,15 @@ class ModelRunner:
         self.block_size = kv_cache.block_size
         self.num_forwards = 0
         # A step that decodes one token of one sequence goes through the lean decoder
-        # (llm/lean_decode.py): same logits and cache writes, a fraction of the overhead.
+        # (backends/torch/lean_decode.py): same logits and cache writes, a fraction of the overhead.
         self.lean_decode = lean_decode
         # Where every layer has a native kernel, a lone sequence's step of up to
-        # NATIVE_ROWS tokens is one C call (llm/native_decode.py): close to the general
+        # NATIVE_ROWS tokens is one C call (llm/backends/cpu/native_decode.py): close to the general
         # path's logits, not bit for bit.
         self.native_decode = native_decode
         self._lean: LeanDecoder | NativeDecoder | None = None
         # A step that decodes one token of each of several sequences runs its small ops
-        # on decode.c's native ones (llm/batch_decode.py): logits close to this path's.
+        # on decode.c's native ones (llm/backends/cpu/batch_decode.py): logits close to this path's.
         self.batch_decode = True
         self._batch: BatchDecoder | None = None
 

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turboinfer.llm.attention import AttentionBatch, KVCache, dense_attention, paged_attention
-from turboinfer.llm.config import ModelConfig
+from turboinfer.llm.model.attention import AttentionBatch, KVCache, dense_attention, paged_attention
+from turboinfer.llm.model.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
