@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
 from turboinfer.llm.api import demo_model_dir
-from turboinfer.llm.backends.runner import StepItem
+from turboinfer.llm.backends.base import StepItem
 
 MODEL = Path("/work/peers/llm110m-gqa")
 BATCH, PROMPT_LEN, GEN = 16, 64, 64

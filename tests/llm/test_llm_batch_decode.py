@@ -9,10 +9,11 @@ import pytest
 import torch
 from llm_helpers import save_random_hf_model
 
+from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder, supports_batch_decode
 from turboinfer.llm.backends.cpu.kernels import select_kernels
 from turboinfer.llm.backends.cpu.native import DISABLE_ENV, native_status
-from turboinfer.llm.backends.runner import ModelRunner, StepItem
+from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.engine.sampling_params import SamplingParams
 from turboinfer.llm.model.attention import KVCache

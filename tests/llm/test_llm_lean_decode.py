@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from turboinfer.llm.backends.runner import ModelRunner, StepItem
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.engine.sampling_params import SamplingParams
 from turboinfer.llm.model.config import EngineConfig

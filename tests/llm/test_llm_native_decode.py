@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.cpu import kernel_candidates
 from turboinfer.llm.backends.cpu.kernels import select_kernels
 from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
-from turboinfer.llm.backends.runner import ModelRunner, StepItem
+from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.backends.torch.lean_decode import LeanDecoder
 from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.llama import LlamaModel

@@ -8,7 +8,8 @@ import dataclasses
 
 import torch
 
-from turboinfer.llm.backends.runner import ModelRunner, StepItem
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.model.attention import (
     AttentionBatch,
     KVCache,

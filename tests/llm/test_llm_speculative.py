@@ -144,7 +144,8 @@ def test_sampled_requests_mixed_with_greedy_in_one_speculative_batch(
 def test_single_sequence_decoder_equals_the_runner(tiny_model: LlamaModel) -> None:
     """The lean draft path computes what the runner's packed path computes: the same
     greedy tokens, and the same keys and values in the same cache slots."""
-    from turboinfer.llm.backends.runner import ModelRunner, StepItem
+    from turboinfer.llm.backends.base import StepItem
+    from turboinfer.llm.backends.runner import ModelRunner
     from turboinfer.llm.backends.torch.lean_decode import SingleSequenceDecoder
 
     block_size, table = 4, [3, 0, 5, 1, 4]  # scattered blocks, as the allocator leaves them

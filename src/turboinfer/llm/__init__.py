@@ -1,7 +1,10 @@
 """A small LLM engine: paged KV cache, continuous batching, speculative decoding.
 
 ``LLM(model_dir).generate(prompts, SamplingParams(...))`` is the entry point; the parts
-(block manager, scheduler, sampler, proposers, quantization) are importable alone.
+(block manager, scheduler, sampler, proposers, quantization) are importable alone:
+``model/`` (the model and its loading), ``engine/`` (scheduling, blocks, sampling,
+speculation) and ``backends/`` (what runs a step, and ``backends/select.py``, which
+chooses). ``README.md`` beside this file maps them.
 """
 
 from turboinfer.llm.api import LLM, RequestOutput, demo_model_dir

@@ -11,8 +11,9 @@ from pathlib import Path
 import torch
 
 from turboinfer.errors import InvalidInputError, UnknownModelError
-from turboinfer.llm.backends.cpu.kernels import KernelChoice, select_kernels
-from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
+from turboinfer.llm.backends import select
+from turboinfer.llm.backends.cpu.kernels import KernelChoice
+from turboinfer.llm.backends.cpu.threads import ThreadChoice
 from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.engine.sampling_params import SamplingParams
 from turboinfer.llm.engine.sequence import Sequence
@@ -106,10 +107,11 @@ class LLM:
     def _load(self, folder: Path, quant: QuantMode, choices: list[KernelChoice], *,
               pick_threads: bool = False) -> LlamaModel:
         model = self.placement.take_model() or load_model(folder)
+        threads, kernels = select.measure(model, quant, group_size=self.config.quant_group_size,
+                                          pick_threads=pick_threads)
         if pick_threads:
-            c = model.config
-            self.thread_choice = choose_threads(c.hidden_size, 2 * c.intermediate_size)
-        choices += select_kernels(model, quant, group_size=self.config.quant_group_size)
+            self.thread_choice = threads
+        choices += kernels
         return model
 
     def _encode(self, prompt: str | Seq[int]) -> list[int]:

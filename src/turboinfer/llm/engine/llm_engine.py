@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from turboinfer.errors import InvalidInputError
-from turboinfer.llm.backends.runner import ModelRunner, StepItem
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.engine.block_manager import BlockManager
 from turboinfer.llm.engine.sampler import logits_to_probs, sample, token_logprobs
 from turboinfer.llm.engine.sampling_params import SamplingParams

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from turboinfer.llm.backends.runner import ModelRunner, StepItem
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.backends.torch.lean_decode import SingleSequenceDecoder
 from turboinfer.llm.engine.sampler import logits_to_probs, sample_from_probs
 from turboinfer.llm.engine.sequence import Sequence

@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from turboinfer.errors import ConfigError, ModelLoadError
-from turboinfer.llm.backends.runner import ModelRunner, StepItem
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.model.config import EngineConfig, ModelConfig
 from turboinfer.llm.model.llama import LlamaModel

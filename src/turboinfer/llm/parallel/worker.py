@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from turboinfer.llm.backends.runner import StepItem
+from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.model.attention import AttentionBatch, KVCache
 from turboinfer.llm.model.config import EngineConfig, QuantMode
 from turboinfer.llm.model.llama import LlamaModel

@@ -12,11 +12,13 @@ so its logits are close to the lean and packed paths', not equal.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence as Seq
 
 import psutil
 import torch
 from torch import nn
 
+from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.cpu.kernel_candidates import (
     LinearKernel,
     MklPackedKernel,
@@ -173,6 +175,11 @@ class NativeDecoder:
         if len(eps) != 1:
             return None         # decode.c takes one epsilon for every norm
         return cls(model, kv_cache, lib, layers, own)
+
+    def run(self, items: Seq[StepItem]) -> torch.Tensor:
+        """The step backend's entry point, for a step of one item of a few new tokens."""
+        it = items[0]
+        return self.forward(it.token_ids, it.start, it.block_table, it.num_logits)
 
     @torch.inference_mode()
     def step(self, token: int, position: int, block_table: list[int]) -> torch.Tensor:

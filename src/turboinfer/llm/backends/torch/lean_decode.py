@@ -20,6 +20,7 @@ over keys and values gathered once per proposal into contiguous buffers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.model.attention import KVCache
 from turboinfer.llm.model.llama import MLP, Attention, DecoderLayer, LlamaModel
 
@@ -105,6 +107,11 @@ class LeanDecoder:
         self.flat = [(kv_cache.k[i].view(-1, kv_heads, head_dim),
                       kv_cache.v[i].view(-1, kv_heads, head_dim))
                      for i in range(kv_cache.k.shape[0])]
+
+    def run(self, items: Seq[StepItem]) -> torch.Tensor:
+        """The step backend's entry point, for a step of one item of one new token."""
+        it = items[0]
+        return self.step(it.token_ids[0], it.start, it.block_table)
 
     @torch.inference_mode()
     def step(self, token: int, position: int, block_table: list[int]) -> torch.Tensor:
