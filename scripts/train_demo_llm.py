@@ -24,9 +24,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from turboinfer.corpus import stdlib_docstrings
-from turboinfer.llm.config import ModelConfig
-from turboinfer.llm.loader import hf_config_dict, save_model
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.model.config import ModelConfig
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import hf_config_dict, save_model
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "turboinfer" / "llm" / "demo"
 EOS = "<|endoftext|>"
@@ -183,7 +183,7 @@ def draft_windows(target: torch.nn.Module, tokens: torch.Tensor, corpus_steps: i
 
 
 def export(hf: torch.nn.Module, shape: dict[str, int], tok: Tokenizer, folder: Path) -> None:
-    from turboinfer.llm.loader import hf_to_fused
+    from turboinfer.llm.model.loader import hf_to_fused
 
     config = ModelConfig(vocab_size=VOCAB, max_position_embeddings=512,
                          tie_word_embeddings=True, eos_token_ids=(0,), **shape)

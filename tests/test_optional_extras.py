@@ -76,7 +76,7 @@ def test_a_gguf_file_names_the_gguf_extra(monkeypatch: pytest.MonkeyPatch, tmp_p
 
 def test_structured_output_names_the_structured_extra(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
-    from turboinfer.llm.structured import StructuredOutput
+    from turboinfer.llm.engine.structured import StructuredOutput
 
     monkeypatch.setitem(sys.modules, "llguidance", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'turboinfer\[structured\]'"):

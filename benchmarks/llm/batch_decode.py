@@ -1,4 +1,4 @@
-"""Batch 16 with and without the batched native decode step (llm/batch_decode.py).
+"""Batch 16 with and without the batched native decode step (llm/backends/cpu/batch_decode.py).
 
 ``python benchmarks/llm/batch_decode.py [--rounds N] [--model DIR]``: the random 110M
 Llama (/work/peers/llm110m-gqa) of compare.py, 16 prompts of 64 tokens submitted at once
@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
 from turboinfer.llm.api import demo_model_dir
-from turboinfer.llm.runner import StepItem
+from turboinfer.llm.backends.base import StepItem
 
 MODEL = Path("/work/peers/llm110m-gqa")
 BATCH, PROMPT_LEN, GEN = 16, 64, 64

@@ -128,9 +128,9 @@ def perplexities(threads: int) -> dict[str, dict[str, float]]:
     import torch
 
     from turboinfer.llm import demo_model_dir
-    from turboinfer.llm.config import QuantMode
-    from turboinfer.llm.kernels import select_kernels
-    from turboinfer.llm.loader import load_model
+    from turboinfer.llm.backends.cpu.kernels import select_kernels
+    from turboinfer.llm.model.config import QuantMode
+    from turboinfer.llm.model.loader import load_model
     from turboinfer.llm.perplexity import perplexity
     from turboinfer.llm.tokenizer import Tokenizer
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from turboinfer.llm.attention import AttentionBatch
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.kernels import select_kernels
-from turboinfer.llm.loader import load_model
+from turboinfer.llm.backends.cpu.kernels import select_kernels
+from turboinfer.llm.model.attention import AttentionBatch
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.loader import load_model
 
 HERE = Path(__file__).resolve().parent
 

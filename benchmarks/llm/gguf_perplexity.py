@@ -34,10 +34,10 @@ from torch import nn
 from turboinfer.hardware import profile
 from turboinfer.llm import LLM, EngineConfig
 from turboinfer.llm.api import model_folder
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.kernel_candidates import DynamicInt8Kernel
-from turboinfer.llm.kernels import SelectedLinear, _build
-from turboinfer.llm.loader import load_model
+from turboinfer.llm.backends.cpu.kernel_candidates import DynamicInt8Kernel
+from turboinfer.llm.backends.cpu.kernels import SelectedLinear, _build
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.loader import load_model
 from turboinfer.llm.perplexity import perplexity
 
 HERE = Path(__file__).resolve().parent

@@ -1,4 +1,4 @@
-"""Batch-1 decode on two of the runner's paths (llm/lean_decode.py), side by side.
+"""Batch-1 decode on two of the runner's paths (llm/backends/torch/lean_decode.py), side by side.
 
 ``python benchmarks/llm/lean_decode.py [--rounds N] [--model DIR] [--a PATH --b PATH]``:
 the paths are ``native`` (the whole step as one call into decode.c), ``lean`` (the lean

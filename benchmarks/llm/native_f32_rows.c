@@ -2,12 +2,12 @@
  * (the demo model's and the 110M model's) at 1-16 rows, and the machine's FMA peak from a
  * register-only loop (10 independent FMA chains), one thread.
  *
-*   cc -O3 -march=native -I. -DKERNELS='"src/turboinfer/llm/native/kernels.c"' \
+*   cc -O3 -march=native -I. -DKERNELS='"src/turboinfer/llm/backends/cpu/native/kernels.c"' \
  *      benchmarks/llm/native_f32_rows.c -o /tmp/f32_rows -lm && /tmp/f32_rows [copies]
  *
  * copies: weight copies rotated per call (1, the default: in cache; 0: as many as make
  * 64 MB, read from memory). KERNELS may name kernels.c of another revision (git show
- * REV:src/turboinfer/llm/native/kernels.c > /tmp/old.c) to compare back to back.
+ * REV:src/turboinfer/llm/backends/cpu/native/kernels.c > /tmp/old.c) to compare back to back.
  * Best of 9 runs of 30 ms each; the layout does not matter for the timing (the weights
  * are arbitrary numbers), the products are verified by tests/llm/test_native_kernels.py. */
 #include <stdio.h>

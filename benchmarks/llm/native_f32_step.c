@@ -4,11 +4,11 @@
  * verification runs them, for this revision's kernels.c and another's, interleaved
  * (pass by pass, row count by row count, one variant then the other), one thread.
  *
- *   git show REV:src/turboinfer/llm/native/kernels.c > /tmp/before.c
+ *   git show REV:src/turboinfer/llm/backends/cpu/native/kernels.c > /tmp/before.c
  *   R="-Dti_f32_linear=before_f32_linear -Dti_int8_linear=before_int8_linear"
  *   R="$R -Dti_int4_linear=before_int4_linear -Dti_simd_level=before_simd_level"
  *   cc -O3 -march=native $R -c /tmp/before.c -o /tmp/before.o
- *   cc -O3 -march=native -I. -DKERNELS='"src/turboinfer/llm/native/kernels.c"' \
+ *   cc -O3 -march=native -I. -DKERNELS='"src/turboinfer/llm/backends/cpu/native/kernels.c"' \
  *      benchmarks/llm/native_f32_step.c /tmp/before.o -o /tmp/f32_step -lm
  *   /tmp/f32_step [copies] [passes]
  *
@@ -21,7 +21,7 @@
  *
  * compares page sizes instead of revisions (linking /tmp/before.o all the same): this
  * kernels.c on weights laid out alike in one mapping advised MADV_HUGEPAGE ("this") and
- * in one advised MADV_NOHUGEPAGE ("before"), as llm/native/hugepages.py places them. */
+ * in one advised MADV_NOHUGEPAGE ("before"), as llm/backends/cpu/native/hugepages.py places them. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>

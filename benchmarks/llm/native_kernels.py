@@ -1,4 +1,5 @@
-"""The hand-written C kernels (``llm/native``) against torch's, side by side in one run:
+"""The hand-written C kernels (``llm/backends/cpu/native``) against torch's, side by side in one
+run:
 turboinfer fp32, int8 and int4 each with the native candidates offered and without them
 (``TURBOINFER_NATIVE_KERNELS=0``), beside llama.cpp Q8_0 / Q4_0 and CTranslate2 int8 /
 fp32, on compare.py's random 110M Llama, greedy, one thread.
@@ -22,7 +23,7 @@ on each kind of kernel, the load average.
 dynamic int8 linear (and, with ``--baseline``, the native kernel as ``kernels.c`` stood at
 that git revision) on the model's linear shapes at 1, 16, 64 and 512 rows, in interleaved
 rounds on one thread, each round's time per call and the per-round ratios recorded, then
-what the load-time measurement (``llm/kernels.py``) picks per shape at 1 and 16 rows.
+what the load-time measurement (``llm/backends/cpu/kernels.py``) picks per shape at 1 and 16 rows.
 
 ``--f32-rows`` does the same for the native fp32 kernel at the few rows of a speculative
 verification (1-16), on the demo model's shapes and the 110M model's, against torch's
@@ -153,10 +154,11 @@ def perplexities(threads: int) -> dict[str, dict[str, float]]:
     narrowed, so that the measurement cannot pick the other kind), and plain fp32."""
     import torch
 
-    from turboinfer.llm import demo_model_dir, kernel_candidates
-    from turboinfer.llm.config import QuantMode
-    from turboinfer.llm.kernels import select_kernels
-    from turboinfer.llm.loader import load_model
+    from turboinfer.llm import demo_model_dir
+    from turboinfer.llm.backends.cpu import kernel_candidates
+    from turboinfer.llm.backends.cpu.kernels import select_kernels
+    from turboinfer.llm.model.config import QuantMode
+    from turboinfer.llm.model.loader import load_model
     from turboinfer.llm.perplexity import perplexity
     from turboinfer.llm.tokenizer import Tokenizer
 
@@ -196,13 +198,13 @@ def baseline_library(rev: str) -> Any:
     today's ``decode.c``, which only calls into it), compiled with the loader's flags."""
     import tempfile
 
-    from turboinfer.llm.native.loader import FLAGS, SOURCES, NativeLibrary
+    from turboinfer.llm.backends.cpu.native.loader import FLAGS, SOURCES, NativeLibrary
 
     root = HERE.parents[1]
     folder = Path(tempfile.mkdtemp(prefix="ti-int8-baseline-"))
     source = folder / "kernels.c"
     source.write_text(subprocess.run(
-        ["git", "show", f"{rev}:src/turboinfer/llm/native/kernels.c"], cwd=root,
+        ["git", "show", f"{rev}:src/turboinfer/llm/backends/cpu/native/kernels.c"], cwd=root,
         capture_output=True, text=True, check=True).stdout)
     library = folder / "kernels.so"
     subprocess.run([os.environ.get("CC") or "cc", *FLAGS, "-o", str(library), str(source),
@@ -234,7 +236,7 @@ def _rotated(build: Any, weight: Any, rows: int, hot: bool = False) -> list[Any]
     the weights in cache: the arithmetic alone)."""
     import math
 
-    from turboinfer.llm.kernels import MAX_COPIES, PREFILL_ROWS, last_level_cache_bytes
+    from turboinfer.llm.backends.cpu.kernels import MAX_COPIES, PREFILL_ROWS, last_level_cache_bytes
 
     first = build(weight)
     copies = (1 if hot or rows >= PREFILL_ROWS else min(
@@ -266,10 +268,14 @@ def int8_rows(args: argparse.Namespace) -> None:
     """Kernel against kernel on one thread: see the module docstring."""
     import torch
 
-    from turboinfer.llm.config import QuantMode
-    from turboinfer.llm.kernel_candidates import DynamicInt8Kernel, NativeInt8Kernel, candidates
-    from turboinfer.llm.kernels import measure_shape
-    from turboinfer.llm.native import native_status
+    from turboinfer.llm.backends.cpu.kernel_candidates import (
+        DynamicInt8Kernel,
+        NativeInt8Kernel,
+        candidates,
+    )
+    from turboinfer.llm.backends.cpu.kernels import measure_shape
+    from turboinfer.llm.backends.cpu.native import native_status
+    from turboinfer.llm.model.config import QuantMode
 
     torch.set_num_threads(1)
     lib = native_status().library
@@ -329,8 +335,8 @@ def f32_rows(args: argparse.Namespace) -> None:
     """The native fp32 kernel at 1-16 rows: see the module docstring."""
     import torch
 
-    from turboinfer.llm.kernel_candidates import LinearKernel, NativeF32Kernel
-    from turboinfer.llm.native import native_status
+    from turboinfer.llm.backends.cpu.kernel_candidates import LinearKernel, NativeF32Kernel
+    from turboinfer.llm.backends.cpu.native import native_status
 
     torch.set_num_threads(1)
     lib = native_status().library
@@ -420,8 +426,8 @@ def main() -> None:
     args.rounds = args.rounds or 3
     import torch
 
+    from turboinfer.llm.backends.cpu.native import native_status
     from turboinfer.llm.bench import measure_read_bandwidth
-    from turboinfer.llm.native import native_status
 
     status = native_status()
     started, load_start = time.time(), os.getloadavg()

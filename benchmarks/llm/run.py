@@ -25,11 +25,11 @@ import torch
 from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm import LLM, EngineConfig, SamplingParams, demo_model_dir
 from turboinfer.llm.bench import BenchSettings, run_bench
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.loader import load_model
+from turboinfer.llm.engine.speculative import SpecStats
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.loader import load_model
+from turboinfer.llm.model.quant import quantize_model
 from turboinfer.llm.perplexity import perplexity
-from turboinfer.llm.quant import quantize_model
-from turboinfer.llm.speculative import SpecStats
 from turboinfer.llm.tokenizer import Tokenizer
 
 HERE = Path(__file__).resolve().parent

@@ -33,7 +33,7 @@ import torch
 
 from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm import LLM, EngineConfig, SamplingParams, demo_model_dir
-from turboinfer.llm.native_decode import NativeDecoder
+from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
 
 PROMPTS = ["Return a new list containing", "The default value of the timeout",
            "If the file does not exist,"]

@@ -24,7 +24,7 @@ import torch
 
 from turboinfer.hardware import profile
 from turboinfer.llm import LLM, SamplingParams
-from turboinfer.llm.structured import StructuredOutput
+from turboinfer.llm.engine.structured import StructuredOutput
 
 HERE = Path(__file__).resolve().parent
 SCHEMA = {"type": "array", "minItems": 40, "items": {

@@ -31,20 +31,20 @@ import torch
 import torch.distributed as dist
 
 from turboinfer.llm.bench import measure_read_bandwidth
-from turboinfer.llm.config import EngineConfig
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.experts import (
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.model.config import EngineConfig
+from turboinfer.llm.model.experts import (
     GIB,
     CachePolicy,
     expert_cache,
     load_offloaded_model,
     reset_moe_stats,
 )
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import load_model
 from turboinfer.llm.parallel import ParallelGroup
 from turboinfer.llm.parallel.collectives import BROADCASTS, AllReduce, free_port, init_group
-from turboinfer.llm.sampling_params import SamplingParams
 
 HERE = Path(__file__).resolve().parent
 WORK = Path(os.environ.get("TURBOINFER_BENCH_DIR", "/tmp/turboinfer_bench_llm_moe"))

@@ -8,8 +8,8 @@ import pytest
 import torch
 from llm_helpers import save_random_hf_model, save_word_tokenizer
 
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import load_model
 
 
 @pytest.fixture(scope="session")

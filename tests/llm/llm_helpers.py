@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from turboinfer.llm.config import EngineConfig
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.model.config import EngineConfig
+from turboinfer.llm.model.llama import LlamaModel
 
 TINY = {
     "vocab_size": 128,

@@ -1,4 +1,4 @@
-"""Weight tiles on huge pages (llm/native/hugepages.py): the same numbers in memory
+"""Weight tiles on huge pages (llm/backends/cpu/native/hugepages.py): the same numbers in memory
 advised for 2 MiB pages, kernels that compute the same after their tiles move, and small
 or unsuitable tensors left where they are."""
 
@@ -10,9 +10,18 @@ import pytest
 import torch
 from torch import nn
 
-from turboinfer.llm.kernel_candidates import NativeF32Kernel, NativeInt4Kernel, NativeInt8Kernel
-from turboinfer.llm.native import native_status
-from turboinfer.llm.native.hugepages import HUGE_PAGE, MIN_BYTES, _supported, on_huge_pages
+from turboinfer.llm.backends.cpu.kernel_candidates import (
+    NativeF32Kernel,
+    NativeInt4Kernel,
+    NativeInt8Kernel,
+)
+from turboinfer.llm.backends.cpu.native import native_status
+from turboinfer.llm.backends.cpu.native.hugepages import (
+    HUGE_PAGE,
+    MIN_BYTES,
+    _supported,
+    on_huge_pages,
+)
 
 needs_madvise = pytest.mark.skipif(not _supported(), reason="no madvise(MADV_HUGEPAGE) here")
 

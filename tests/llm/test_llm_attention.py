@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from turboinfer.llm.attention import AttentionBatch, KVCache, dense_attention, paged_attention
+from turboinfer.llm.model.attention import AttentionBatch, KVCache, dense_attention, paged_attention
 
 
 def test_paged_equals_dense_for_mixed_prefill_and_decode() -> None:

@@ -1,4 +1,5 @@
-"""The batched native decode step (llm/batch_decode.py) against the runner's general path."""
+"""The batched native decode step (llm/backends/cpu/batch_decode.py) against the runner's
+general path."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ import pytest
 import torch
 from llm_helpers import save_random_hf_model
 
-from turboinfer.llm.attention import KVCache
-from turboinfer.llm.batch_decode import BatchDecoder, supports_batch_decode
-from turboinfer.llm.config import EngineConfig, QuantMode
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.kernels import select_kernels
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.native import DISABLE_ENV, native_status
-from turboinfer.llm.runner import ModelRunner, StepItem
-from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder, supports_batch_decode
+from turboinfer.llm.backends.cpu.kernels import select_kernels
+from turboinfer.llm.backends.cpu.native import DISABLE_ENV, native_status
+from turboinfer.llm.backends.runner import ModelRunner
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.model.attention import KVCache
+from turboinfer.llm.model.config import EngineConfig, QuantMode
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import load_model
 
 PROMPTS = [[(7 * i + j) % 128 for j in range(5 + 3 * i)] for i in range(6)]
 # Block tables out of order and interleaved between sequences (block size 4).

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from turboinfer.llm.block_manager import BlockManager
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.sequence import Sequence
+from turboinfer.llm.engine.block_manager import BlockManager
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.sequence import Sequence
 
 
 def seq(tokens: list[int]) -> Sequence:

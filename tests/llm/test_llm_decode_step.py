@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from turboinfer.llm.attention import AttentionBatch, KVCache, dense_attention, paged_attention
-from turboinfer.llm.model import RotaryEmbedding, apply_rotary, rotate
-from turboinfer.llm.sampler import argmax_rows
+from turboinfer.llm.engine.sampler import argmax_rows
+from turboinfer.llm.model.attention import AttentionBatch, KVCache, dense_attention, paged_attention
+from turboinfer.llm.model.llama import RotaryEmbedding, apply_rotary, rotate
 
 
 def _decode_last(table: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor,

@@ -8,12 +8,12 @@ import pytest
 from llm_helpers import make_engine
 
 from turboinfer.errors import ConfigError, InvalidInputError
-from turboinfer.llm.config import EngineConfig
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.sequence import FinishReason, Sequence
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.sequence import FinishReason, Sequence
+from turboinfer.llm.model.config import EngineConfig
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import load_model
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 PROMPTS = [[(7 * i + j) % 128 for j in range(5 + 3 * i)] for i in range(6)]
@@ -155,7 +155,7 @@ def test_bad_sampling_params(kwargs: dict[str, float], message: str) -> None:
 
 @pytest.mark.parametrize("batch_hint", [0, 16])
 def test_fast_linears_give_identical_greedy_output(tiny_llama_dir: Path, batch_hint: int) -> None:
-    from turboinfer.llm.kernels import FastLinear, pack_linear_layers
+    from turboinfer.llm.backends.cpu.kernels import FastLinear, pack_linear_layers
 
     model = load_model(tiny_llama_dir)
     assert pack_linear_layers(model, batch_hint) == 2 * 4 + 1

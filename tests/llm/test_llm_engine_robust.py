@@ -9,8 +9,8 @@ import torch
 
 from turboinfer.errors import InvalidInputError
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
-from turboinfer.llm.block_manager import chain_hash
-from turboinfer.llm.sequence import TokenLogprob
+from turboinfer.llm.engine.block_manager import chain_hash
+from turboinfer.llm.engine.sequence import TokenLogprob
 
 LONG = SamplingParams(max_tokens=200, temperature=0, ignore_eos=True)
 SHORT = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)

@@ -17,7 +17,7 @@ from turboinfer.cli import main
 from turboinfer.errors import ModelLoadError
 from turboinfer.llm import LLM, SamplingParams
 from turboinfer.llm.api import demo_model_dir
-from turboinfer.llm.gguf import convert_gguf, permute_rotary, unpermute_rotary
+from turboinfer.llm.model.gguf import convert_gguf, permute_rotary, unpermute_rotary
 
 gguf = pytest.importorskip("gguf")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.kernels import PREFILL_MIN_GAIN, SelectedLinear, select_kernels
-from turboinfer.llm.loader import load_model
+from turboinfer.llm.backends.cpu.kernels import PREFILL_MIN_GAIN, SelectedLinear, select_kernels
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.loader import load_model
 
 
 def test_decoder_layers_get_a_prefill_tier_and_the_lm_head_does_not(

@@ -9,10 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from turboinfer.llm import kernels
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.kernel_candidates import candidates
-from turboinfer.llm.kernels import (
+from turboinfer.llm.backends.cpu import kernels
+from turboinfer.llm.backends.cpu.kernel_candidates import candidates
+from turboinfer.llm.backends.cpu.kernels import (
     NATIVE_STEP_MARGIN,
     FastLinear,
     SelectedLinear,
@@ -20,8 +19,9 @@ from turboinfer.llm.kernels import (
     mkl_packing_available,
     select_kernels,
 )
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.quant import dequantize_int4, quantize_int4, quantize_int8
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.loader import load_model
+from turboinfer.llm.model.quant import dequantize_int4, quantize_int4, quantize_int8
 
 # Relative error (norm of the difference over the norm of the reference) each format may
 # show against the fp32 layer: fp32 is exact up to summation order; int8 weights round

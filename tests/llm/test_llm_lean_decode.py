@@ -1,15 +1,17 @@
-"""The lean batch-1 decode step (llm/lean_decode.py) against the runner's general path."""
+"""The lean batch-1 decode step (llm/backends/torch/lean_decode.py) against the runner's
+general path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from turboinfer.llm.config import EngineConfig
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.runner import ModelRunner, StepItem
-from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.model.config import EngineConfig
+from turboinfer.llm.model.llama import LlamaModel
 
 PROMPTS = [[(7 * i + j) % 128 for j in range(5 + 3 * i)] for i in range(6)]
 

@@ -10,8 +10,8 @@ import torch
 from llm_helpers import hf_greedy, make_engine, save_random_hf_model
 
 from turboinfer.errors import ModelLoadError, UnknownModelError
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.model.loader import load_model
 
 PROMPT = [5, 17, 99, 3, 42, 7, 64, 1, 2, 88, 31]
 

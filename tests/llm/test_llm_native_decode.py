@@ -7,15 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from turboinfer.llm import kernel_candidates
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.kernels import select_kernels
-from turboinfer.llm.lean_decode import LeanDecoder
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.native import native_status
-from turboinfer.llm.native_decode import NativeDecoder
-from turboinfer.llm.runner import ModelRunner, StepItem
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.cpu import kernel_candidates
+from turboinfer.llm.backends.cpu.kernels import select_kernels
+from turboinfer.llm.backends.cpu.native import native_status
+from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
+from turboinfer.llm.backends.runner import ModelRunner
+from turboinfer.llm.backends.torch.lean_decode import LeanDecoder
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import load_model
 
 
 @pytest.fixture()

@@ -8,15 +8,16 @@ import dataclasses
 
 import torch
 
-from turboinfer.llm.attention import (
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
+from turboinfer.llm.model.attention import (
     AttentionBatch,
     KVCache,
     _additive,
     dense_attention,
     paged_attention,
 )
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.runner import ModelRunner, StepItem
+from turboinfer.llm.model.llama import LlamaModel
 
 
 def _masked(batch: AttentionBatch, starts: list[int], block_size: int) -> AttentionBatch:

@@ -9,10 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.perplexity import perplexity
-from turboinfer.llm.quant import (
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.loader import load_model
+from turboinfer.llm.model.quant import (
     Int4Handler,
     Int8Handler,
     dequantize_int4,
@@ -20,6 +19,7 @@ from turboinfer.llm.quant import (
     quantize_int8,
     quantize_model,
 )
+from turboinfer.llm.perplexity import perplexity
 
 
 @pytest.fixture

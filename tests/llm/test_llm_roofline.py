@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from turboinfer.cli import main
-from turboinfer.llm.kernels import read_bytes_per_token
-from turboinfer.llm.loader import load_model
+from turboinfer.llm.backends.cpu.kernels import read_bytes_per_token
+from turboinfer.llm.model.loader import load_model
 
 
 def _bench(tiny_llm_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
@@ -50,8 +50,8 @@ def test_roofline_fields_are_consistent(tiny_llm_dir: Path,
 
 
 def test_bytes_per_token_follow_the_weight_format(tiny_llama_dir: Path) -> None:
-    from turboinfer.llm.config import QuantMode
-    from turboinfer.llm.kernels import select_kernels
+    from turboinfer.llm.backends.cpu.kernels import select_kernels
+    from turboinfer.llm.model.config import QuantMode
 
     plain = load_model(tiny_llama_dir)
     linears = sum(m.weight.numel() for m in plain.modules() if isinstance(m, torch.nn.Linear))

@@ -6,9 +6,9 @@ import torch
 from llm_helpers import make_engine
 from test_llm_engine import GREEDY, PROMPTS, alone, run
 
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.speculative import NgramProposer, Proposal, rejection_sample
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.speculative import NgramProposer, Proposal, rejection_sample
+from turboinfer.llm.model.llama import LlamaModel
 
 
 def test_draft_model_greedy_equals_plain_greedy(tiny_model: LlamaModel,
@@ -117,7 +117,7 @@ def test_greedy_probs_accept_only_the_argmax() -> None:
 
 
 def test_greedy_accept_equals_rejection_sampling_on_one_hot() -> None:
-    from turboinfer.llm.speculative import greedy_accept
+    from turboinfer.llm.engine.speculative import greedy_accept
 
     onehot = torch.eye(6)
     for target, draft in [([2, 3, 1], [2, 0]), ([2, 3, 1], [2, 3]), ([4, 4, 4], [1, 4])]:
@@ -127,7 +127,7 @@ def test_greedy_accept_equals_rejection_sampling_on_one_hot() -> None:
 
 def test_sampled_requests_mixed_with_greedy_in_one_speculative_batch(
         tiny_model: LlamaModel, tiny_draft: LlamaModel) -> None:
-    from turboinfer.llm.sampling_params import SamplingParams
+    from turboinfer.llm.engine.sampling_params import SamplingParams
 
     engine = make_engine(tiny_model, kv_cache_tokens=1024, block_size=4, draft=tiny_draft,
                          num_speculative_tokens=3)
@@ -144,8 +144,9 @@ def test_sampled_requests_mixed_with_greedy_in_one_speculative_batch(
 def test_single_sequence_decoder_equals_the_runner(tiny_model: LlamaModel) -> None:
     """The lean draft path computes what the runner's packed path computes: the same
     greedy tokens, and the same keys and values in the same cache slots."""
-    from turboinfer.llm.lean_decode import SingleSequenceDecoder
-    from turboinfer.llm.runner import ModelRunner, StepItem
+    from turboinfer.llm.backends.base import StepItem
+    from turboinfer.llm.backends.runner import ModelRunner
+    from turboinfer.llm.backends.torch.lean_decode import SingleSequenceDecoder
 
     block_size, table = 4, [3, 0, 5, 1, 4]  # scattered blocks, as the allocator leaves them
     runner = ModelRunner(tiny_model, tiny_model.allocate_kv_cache(6, block_size))
@@ -173,7 +174,7 @@ def test_single_sequence_decoder_equals_the_runner(tiny_model: LlamaModel) -> No
 def test_ngram_proposals_grow_with_the_match_and_while_copying() -> None:
     """A match of n tokens proposes n(n + 1) / 2; a proposal accepted whole doubles the
     next; a rejection leaves the match alone to decide, never under min_tokens."""
-    from turboinfer.llm.sequence import Sequence
+    from turboinfer.llm.engine.sequence import Sequence
 
     seq = Sequence([*range(1, 19), 1, 2], GREEDY)
     proposer = NgramProposer(max_ngram=3, num_tokens=8, min_tokens=2)

@@ -12,7 +12,7 @@ import pytest
 
 from turboinfer.errors import InvalidInputError
 from turboinfer.llm import LLM, SamplingParams
-from turboinfer.llm.structured import StructuredOutput
+from turboinfer.llm.engine.structured import StructuredOutput
 
 pytest.importorskip("llguidance")
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from turboinfer.cli import main
-from turboinfer.llm.threads import candidate_counts, choose_threads
+from turboinfer.llm.backends.cpu.threads import candidate_counts, choose_threads
 
 
 @pytest.fixture(autouse=True)

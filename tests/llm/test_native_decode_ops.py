@@ -1,4 +1,4 @@
-"""decode.c's operations (llm/native) against the torch operations the model runs."""
+"""decode.c's operations (llm/backends/cpu/native) against the torch operations the model runs."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from turboinfer.llm.model import RotaryEmbedding, rotate
-from turboinfer.llm.native import NativeLibrary, native_status
+from turboinfer.llm.backends.cpu.native import NativeLibrary, native_status
+from turboinfer.llm.model.llama import RotaryEmbedding, rotate
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The hand-written C kernels (llm/native): each computes exactly what its quantization
+"""The hand-written C kernels (llm/backends/cpu/native): each computes exactly what its quantization
 stands for, on odd shapes and row counts, in its vectorised and its plain C build; they
 join the measured candidates where a compiler is present and are absent, with the
 reason reported, where it is not."""
@@ -13,19 +13,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turboinfer.llm import kernel_candidates
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.kernel_candidates import (
+from turboinfer.llm.backends.cpu import kernel_candidates
+from turboinfer.llm.backends.cpu.kernel_candidates import (
     NativeF32Kernel,
     NativeInt4Kernel,
     NativeInt8Kernel,
     absent_candidates,
     candidates,
 )
-from turboinfer.llm.kernels import SelectedLinear, select_kernels
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.native import NativeLibrary, build_library, native_status
-from turboinfer.llm.quant import dequantize_int4_native, quantize_int4_native, quantize_int8
+from turboinfer.llm.backends.cpu.kernels import SelectedLinear, select_kernels
+from turboinfer.llm.backends.cpu.native import NativeLibrary, build_library, native_status
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.loader import load_model
+from turboinfer.llm.model.quant import dequantize_int4_native, quantize_int4_native, quantize_int8
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 

@@ -9,7 +9,7 @@ import sys
 from protocol import serve
 
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
-from turboinfer.llm.kernels import read_bytes_per_token
+from turboinfer.llm.backends.cpu.kernels import read_bytes_per_token
 
 
 def main(folder: str, threads: int, quant: str) -> None:

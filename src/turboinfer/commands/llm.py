@@ -147,7 +147,7 @@ def _build(args: argparse.Namespace, **engine: Any) -> LLM:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from turboinfer.llm.gguf import convert_gguf  # why: loads torch
+    from turboinfer.llm.model.gguf import convert_gguf  # why: loads torch
 
     if not args.gguf.is_file():
         raise InvalidInputError(f"{args.gguf}: no such GGUF file")

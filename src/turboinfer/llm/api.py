@@ -11,16 +11,17 @@ from pathlib import Path
 import torch
 
 from turboinfer.errors import InvalidInputError, UnknownModelError
-from turboinfer.llm.config import EngineConfig, QuantMode
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.gguf import gguf_folder
-from turboinfer.llm.kernels import KernelChoice, select_kernels
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.backends import select
+from turboinfer.llm.backends.cpu.kernels import KernelChoice
+from turboinfer.llm.backends.cpu.threads import ThreadChoice
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.sequence import Sequence
+from turboinfer.llm.model.config import EngineConfig, QuantMode
+from turboinfer.llm.model.gguf import gguf_folder
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import load_model
 from turboinfer.llm.placement import Placement
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.sequence import Sequence
-from turboinfer.llm.threads import ThreadChoice, choose_threads
 from turboinfer.llm.tokenizer import Tokenizer
 
 DEMO_DIR = Path(__file__).parent / "demo"
@@ -38,7 +39,7 @@ def demo_model_dir(name: str = "model") -> Path:
 
 def model_folder(model: str | Path | None) -> Path:
     """The folder a model reference names: the demo for None, a ``.gguf`` file converted
-    once into a cached folder (``llm.gguf``), else the folder itself."""
+    once into a cached folder (``llm/model/gguf.py``), else the folder itself."""
     if model is None:
         return demo_model_dir()
     path = Path(model)
@@ -106,10 +107,11 @@ class LLM:
     def _load(self, folder: Path, quant: QuantMode, choices: list[KernelChoice], *,
               pick_threads: bool = False) -> LlamaModel:
         model = self.placement.take_model() or load_model(folder)
+        threads, kernels = select.measure(model, quant, group_size=self.config.quant_group_size,
+                                          pick_threads=pick_threads)
         if pick_threads:
-            c = model.config
-            self.thread_choice = choose_threads(c.hidden_size, 2 * c.intermediate_size)
-        choices += select_kernels(model, quant, group_size=self.config.quant_group_size)
+            self.thread_choice = threads
+        choices += kernels
         return model
 
     def _encode(self, prompt: str | Seq[int]) -> list[int]:

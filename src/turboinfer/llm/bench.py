@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.kernels import read_bytes_per_token
-from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.backends.cpu.kernels import read_bytes_per_token
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.model.llama import LlamaModel
 
 
 @torch.inference_mode()

@@ -10,10 +10,10 @@ from typing import Any
 
 from torch import nn
 
-from turboinfer.llm.config import EngineConfig
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.experts import CachePolicy, load_offloaded_model, moe_report
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.model.config import EngineConfig
+from turboinfer.llm.model.experts import CachePolicy, load_offloaded_model, moe_report
+from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.parallel import ParallelGroup
 from turboinfer.llm.parallel.collectives import BROADCASTS, AllReduce
 from turboinfer.llm.parallel.group import world_size

@@ -10,7 +10,7 @@ import pytest
 from llm_helpers import save_word_tokenizer
 
 from turboinfer.cli import main
-from turboinfer.llm.experts import GIB
+from turboinfer.llm.model.experts import GIB
 
 EXPERT_BYTES = (128 * 64 + 64 * 64) * 4
 

@@ -10,11 +10,11 @@ import torch
 from llm_helpers import hf_greedy, make_engine
 from moe_helpers import save_random_moe_model
 
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.moe import ExpertMLP, Gate, SparseMoeBlock, moe_blocks
-from turboinfer.llm.quant import Int4Linear, Int8Linear, quantize_model
-from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.loader import load_model
+from turboinfer.llm.model.moe import ExpertMLP, Gate, SparseMoeBlock, moe_blocks
+from turboinfer.llm.model.quant import Int4Linear, Int8Linear, quantize_model
 
 PROMPTS = [[5, 17, 99, 3, 42, 7, 64, 1, 2, 88, 31], [9, 8, 7], [100, 1, 50, 2, 60, 3, 70]]
 

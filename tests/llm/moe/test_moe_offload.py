@@ -9,18 +9,18 @@ import pytest
 from llm_helpers import make_engine
 
 from turboinfer.errors import ConfigError
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.experts import (
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.experts import (
     GIB,
     CachePolicy,
     expert_cache,
     load_offloaded_model,
     moe_report,
 )
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.quant import quantize_model
-from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import load_model
+from turboinfer.llm.model.quant import quantize_model
 
 PROMPTS = [[5, 17, 99, 3, 42, 7, 64, 1, 2, 88, 31], [9, 8, 7], [100, 1, 50, 2, 60, 3, 70],
            [11, 12]]

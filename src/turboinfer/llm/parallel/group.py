@@ -20,13 +20,14 @@ import torch
 import torch.distributed as dist
 
 from turboinfer.errors import ConfigError, ModelLoadError
-from turboinfer.llm.config import EngineConfig, ModelConfig
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.loader import load_model
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.model.config import EngineConfig, ModelConfig
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.loader import load_model
 from turboinfer.llm.parallel.collectives import broadcast_step, free_port, init_group
 from turboinfer.llm.parallel.sharding import check_layout, shard_model
-from turboinfer.llm.runner import ModelRunner, StepItem
 
 CPU = torch.device("cpu")
 

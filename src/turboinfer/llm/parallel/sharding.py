@@ -17,9 +17,9 @@ from typing import cast
 import torch
 
 from turboinfer.errors import ConfigError
-from turboinfer.llm.config import ModelConfig
-from turboinfer.llm.model import DecoderLayer, LlamaModel
-from turboinfer.llm.moe import ResidentExperts, SparseMoeBlock, build_model
+from turboinfer.llm.model.config import ModelConfig
+from turboinfer.llm.model.llama import DecoderLayer, LlamaModel
+from turboinfer.llm.model.moe import ResidentExperts, SparseMoeBlock, build_model
 from turboinfer.llm.parallel.collectives import AllReduce
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from turboinfer.llm.attention import AttentionBatch, KVCache
-from turboinfer.llm.config import EngineConfig, QuantMode
-from turboinfer.llm.model import LlamaModel
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.model.attention import AttentionBatch, KVCache
+from turboinfer.llm.model.config import EngineConfig, QuantMode
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.quant import quantize_model
 from turboinfer.llm.parallel.collectives import broadcast_step, init_group
 from turboinfer.llm.parallel.group import CPU, load_shard
-from turboinfer.llm.quant import quantize_model
-from turboinfer.llm.runner import StepItem
 
 
 def _watch_parent(parent: int) -> None:

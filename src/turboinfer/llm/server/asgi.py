@@ -10,7 +10,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from turboinfer.llm.sequence import Sequence
+from turboinfer.llm.engine.sequence import Sequence
 from turboinfer.llm.server.generation import Generation
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),

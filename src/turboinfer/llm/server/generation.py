@@ -23,8 +23,8 @@ from turboinfer.errors import (
     TurboinferError,
     UnauthorizedError,
 )
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.sequence import FinishReason, Sequence
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.sequence import FinishReason, Sequence
 from turboinfer.llm.server.chat import ChatTemplate
 from turboinfer.llm.server.loop import EngineLoop, Update
 from turboinfer.llm.server.metrics import LLMMetrics

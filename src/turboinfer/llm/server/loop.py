@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from turboinfer.errors import InferenceError, TurboinferError
-from turboinfer.llm.engine import LLMEngine
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.sequence import Sequence, TokenLogprob
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.sequence import Sequence, TokenLogprob
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from turboinfer.llm.sequence import Sequence
+from turboinfer.llm.engine.sequence import Sequence
 from turboinfer.llm.server.loop import EngineStats
 
 PREFIX = "turboinfer_llm"

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from turboinfer.errors import TurboinferError, reply_for
-from turboinfer.llm.sequence import Sequence, TokenLogprob
+from turboinfer.llm.engine.sequence import Sequence, TokenLogprob
 from turboinfer.llm.server.generation import ClientGoneError, Generation
 from turboinfer.llm.server.textstream import TextStream
 from turboinfer.llm.server.tools import ToolPlan

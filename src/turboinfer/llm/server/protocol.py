@@ -14,9 +14,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turboinfer.errors import InvalidInputError
-from turboinfer.llm.sampling_params import SamplingParams
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.structured import StructuredOutput
 from turboinfer.llm.server.tools import ToolPlan, template_message
-from turboinfer.llm.structured import StructuredOutput
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from turboinfer.errors import InvalidInputError
-from turboinfer.llm.structured import StructuredOutput
+from turboinfer.llm.engine.structured import StructuredOutput
 
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 Mode = Literal["auto", "required", "named"]

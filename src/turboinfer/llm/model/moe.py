@@ -8,7 +8,7 @@ sequences costs at most ``num_experts`` expert calls however large B is.
 
 Where the expert weights live is the ``ExpertSet``'s business: ``ResidentExperts``
 keeps them as ordinary modules (so quantization and the fp32 kernels apply per expert);
-``llm/experts.py`` keeps a bounded cache over the safetensors file instead; under expert
+``llm/model/experts.py`` keeps a bounded cache over the safetensors file instead; under expert
 parallelism a rank holds only its own experts.
 """
 
@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turboinfer.llm.config import ModelConfig
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.moe_config import MoEConfig
+from turboinfer.llm.model.config import ModelConfig
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.moe_config import MoEConfig
 
 
 class ExpertMLP(nn.Module):

@@ -15,9 +15,9 @@ import bisect
 import time
 from dataclasses import dataclass, field
 
-from turboinfer.llm.block_manager import BlockManager
-from turboinfer.llm.config import EngineConfig
-from turboinfer.llm.sequence import Sequence, SequenceStatus
+from turboinfer.llm.engine.block_manager import BlockManager
+from turboinfer.llm.engine.sequence import Sequence, SequenceStatus
+from turboinfer.llm.model.config import EngineConfig
 
 
 @dataclass

@@ -23,10 +23,11 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from turboinfer.llm.attention import KVCache
-from turboinfer.llm.lean_decode import LayerPlan, Linear, rows_kernel, supports_lean
-from turboinfer.llm.model import DecoderLayer, LlamaModel
-from turboinfer.llm.native import NativeLibrary
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.cpu.native import NativeLibrary
+from turboinfer.llm.backends.torch.lean_decode import LayerPlan, Linear, rows_kernel, supports_lean
+from turboinfer.llm.model.attention import KVCache
+from turboinfer.llm.model.llama import DecoderLayer, LlamaModel
 
 MAX_HEAD_DIM = 512          # decode.c's bound on the rotation's row buffer
 
@@ -99,6 +100,11 @@ class BatchDecoder:
             found = _Buffers(rows, self.hidden, self.heads * self.head_dim, self.inner)
             self._buffers[rows] = found
         return found
+
+    def run(self, items: Seq[StepItem]) -> torch.Tensor:
+        """The step backend's entry point, for a step of one new token per item."""
+        return self.step([it.token_ids[0] for it in items], [it.start for it in items],
+                         [it.block_table for it in items])
 
     @torch.inference_mode()
     def step(self, tokens: Seq[int], positions: Seq[int],

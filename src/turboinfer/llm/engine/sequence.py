@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.structured import Guide
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.structured import Guide
 
 
 class SequenceStatus(enum.Enum):

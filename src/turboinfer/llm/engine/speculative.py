@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from turboinfer.llm.lean_decode import SingleSequenceDecoder
-from turboinfer.llm.runner import ModelRunner, StepItem
-from turboinfer.llm.sampler import logits_to_probs, sample_from_probs
-from turboinfer.llm.sequence import Sequence
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
+from turboinfer.llm.backends.torch.lean_decode import SingleSequenceDecoder
+from turboinfer.llm.engine.sampler import logits_to_probs, sample_from_probs
+from turboinfer.llm.engine.sequence import Sequence
 
 
 @dataclass

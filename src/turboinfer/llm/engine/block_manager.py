@@ -18,7 +18,7 @@ import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from turboinfer.llm.sequence import Sequence
+from turboinfer.llm.engine.sequence import Sequence
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from turboinfer.errors import InvalidInputError
-from turboinfer.llm.structured import StructuredOutput
+from turboinfer.llm.engine.structured import StructuredOutput
 
 
 @dataclass(frozen=True)

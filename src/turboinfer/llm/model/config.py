@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from turboinfer.errors import ConfigError, ModelLoadError
-from turboinfer.llm.moe_config import MoEConfig, moe_from_hf
+from turboinfer.llm.model.moe_config import MoEConfig, moe_from_hf
 
 # The three Hugging Face layouts this decoder reproduces. They differ only in whether
 # q/k/v projections carry a bias (Qwen2) and in default rope/window settings.
@@ -20,7 +20,7 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
-    # Mixture-of-experts variants (llm/moe.py): the same attention, an expert block
+    # Mixture-of-experts variants (llm/model/moe.py): the same attention, an expert block
     # in place of the MLP.
     "MixtralForCausalLM": "mixtral",
     "Qwen2MoeForCausalLM": "qwen2_moe",
@@ -155,11 +155,11 @@ class EngineConfig:
     max_model_len: int = 0
     num_threads: int = 0
     # Mixture-of-experts models: 0 keeps every expert resident; more bounds the experts
-    # in memory (GiB) and loads the rest from the checkpoint on demand (llm/experts.py).
+    # in memory (GiB) and loads the rest from the checkpoint on demand (llm/model/experts.py).
     expert_memory_gb: float = 0.0
     expert_prefetch: bool = True
     # Which expert a full cache drops: "layer" (the one needed furthest ahead in the
-    # cycle of layers) or "lru". See llm/experts.py.
+    # cycle of layers) or "lru". See llm/model/experts.py.
     expert_cache_policy: str = "layer"
     # Worker processes one model runs across (llm/parallel/): attention heads and MLP
     # channels split over tensor_parallel ranks, experts over expert_parallel ranks.

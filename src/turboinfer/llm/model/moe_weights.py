@@ -1,4 +1,4 @@
-"""Expert weight names: Hugging Face checkpoints to the fused layout of ``llm/moe.py``.
+"""Expert weight names: Hugging Face checkpoints to the fused layout of ``llm/model/moe.py``.
 
 Mixtral names experts ``block_sparse_moe.experts.<e>.w1|w3|w2`` (gate, up, down);
 Qwen2-MoE ``mlp.experts.<e>.gate_proj|up_proj|down_proj`` plus ``mlp.shared_expert.*``

@@ -2,7 +2,7 @@
 
 ``NativeDecoder`` hands a step of a few new tokens of one sequence (a decode step, a
 speculative verification, a draft's catch-up) to ``ti_decode_step`` in
-``llm/native/decode.c``: every layer (norms, the native linear kernels, rotary embedding
+``native/decode.c``: every layer (norms, the native linear kernels, rotary embedding
 and cache write, single-query attention over the block table, silu, residual adds) and
 the final norm, with the LM head from Python; and a greedy draft proposal, argmax
 included, to ``ti_greedy_steps``. C attention and norms round differently from torch's,
@@ -12,13 +12,14 @@ so its logits are close to the lean and packed paths', not equal.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence as Seq
 
 import psutil
 import torch
 from torch import nn
 
-from turboinfer.llm.attention import KVCache
-from turboinfer.llm.kernel_candidates import (
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.cpu.kernel_candidates import (
     LinearKernel,
     MklPackedKernel,
     NativeF32Kernel,
@@ -27,9 +28,10 @@ from turboinfer.llm.kernel_candidates import (
     OneDnnKernel,
     TransposedKernel,
 )
-from turboinfer.llm.lean_decode import LayerPlan, Linear, one_row, supports_lean
-from turboinfer.llm.model import Attention, DecoderLayer, LlamaModel
-from turboinfer.llm.native import NativeLibrary, native_status
+from turboinfer.llm.backends.cpu.native import NativeLibrary, native_status
+from turboinfer.llm.backends.torch.lean_decode import LayerPlan, Linear, one_row, supports_lean
+from turboinfer.llm.model.attention import KVCache
+from turboinfer.llm.model.llama import Attention, DecoderLayer, LlamaModel
 
 # The native step's own fp32 kernels (for layers whose picks hold none) may take at most
 # this share of the memory available when it is built.
@@ -173,6 +175,11 @@ class NativeDecoder:
         if len(eps) != 1:
             return None         # decode.c takes one epsilon for every norm
         return cls(model, kv_cache, lib, layers, own)
+
+    def run(self, items: Seq[StepItem]) -> torch.Tensor:
+        """The step backend's entry point, for a step of one item of a few new tokens."""
+        it = items[0]
+        return self.forward(it.token_ids, it.start, it.block_table, it.num_logits)
 
     @torch.inference_mode()
     def step(self, token: int, position: int, block_table: list[int]) -> torch.Tensor:

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turboinfer.llm.attention import AttentionBatch, KVCache, dense_attention, paged_attention
-from turboinfer.llm.config import ModelConfig
+from turboinfer.llm.model.attention import AttentionBatch, KVCache, dense_attention, paged_attention
+from turboinfer.llm.model.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -151,7 +151,9 @@ class LlamaModel(nn.Module):
         return self.lm_head(hidden).float()                          # [N, vocab]
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> KVCache:
+        """The paged cache in the weights' dtype, on their device."""
         c = self.config
         return KVCache.allocate(num_layers=c.num_hidden_layers, num_blocks=num_blocks,
                                 block_size=block_size, num_kv_heads=c.num_key_value_heads,
-                                head_dim=c.head_dim, dtype=self.embed_tokens.weight.dtype)
+                                head_dim=c.head_dim, dtype=self.embed_tokens.weight.dtype,
+                                device=self.embed_tokens.weight.device)

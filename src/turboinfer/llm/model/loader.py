@@ -15,10 +15,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from turboinfer.errors import ModelLoadError, UnknownModelError
-from turboinfer.llm.config import ModelConfig
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.moe import build_model
-from turboinfer.llm.moe_weights import fuse_moe_weights
+from turboinfer.llm.model.config import ModelConfig
+from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.moe import build_model
+from turboinfer.llm.model.moe_weights import fuse_moe_weights
 
 _FUSED = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),

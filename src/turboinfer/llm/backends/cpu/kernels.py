@@ -4,7 +4,7 @@ No single kernel wins everywhere: on one machine torch's int8 weight-only matmul
 faster with bf16 activations than with fp32 ones, on another fbgemm's dynamic-int8
 linear beat fp32 4.6x at one row, and the fp32 layout MKL prefers depends on the row
 count. So for every distinct linear shape of the model, each candidate of the weight
-format (``llm/kernel_candidates.py``) is built and timed on that shape at the row counts
+format (``kernel_candidates.py``) is built and timed on that shape at the row counts
 the engine runs (1 for batch-1 decode, 16 for a busy batch, 512 for an fp32 prompt chunk), in
 interleaved rounds, and the fastest per row count is kept. A layer then holds the winner
 for each (one object where they are the same kernel) and picks by the rows of each call:
@@ -27,8 +27,7 @@ import torch
 from torch import nn
 
 from turboinfer.hardware.cpu import read_cpu
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.kernel_candidates import (
+from turboinfer.llm.backends.cpu.kernel_candidates import (
     Candidate,
     Kernel,
     NativeKernel,
@@ -37,6 +36,7 @@ from turboinfer.llm.kernel_candidates import (
     mkl_packing_available,
     supports,
 )
+from turboinfer.llm.model.config import QuantMode
 
 ROW_COUNTS = (1, 16)
 # A prompt chunk (the engine's default token budget per step). Compute-bound, so timed
@@ -54,9 +54,10 @@ PREFILL_MEMORY_SHARE = 0.25
 ROUNDS = 5
 # At one row a native kernel within this factor of the fastest is chosen: a lone
 # sequence's decode step runs as one call into C only where every layer has a native
-# kernel (llm/lean_decode.py), which saved more than this on every model measured (110M
-# Llama: 1.13x fp32, 1.43x int8, 1.57x int4 per token), while a single product's timing
-# cannot see it; the one-row timings of close kernels also swap from load to load.
+# kernel (native_decode.py beside this module), which saved more than this on every model
+# measured (110M Llama: 1.13x fp32, 1.43x int8, 1.57x int4 per token), while a single
+# product's timing cannot see it; the one-row timings of close kernels also swap from load
+# to load.
 NATIVE_STEP_MARGIN = 1.25
 MAX_COPIES = 16             # weight copies rotated through, so timing reads from memory
 ROUND_BUDGET_S = 0.01       # per candidate and round; at least one call

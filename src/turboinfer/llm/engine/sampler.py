@@ -10,8 +10,8 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.sequence import TokenLogprob
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.sequence import TokenLogprob
 
 
 def logits_to_probs(logits: torch.Tensor, params: Seq[SamplingParams]) -> torch.Tensor:

@@ -35,12 +35,12 @@ from safetensors import safe_open
 from torch import nn
 
 from turboinfer.errors import ConfigError, ModelLoadError
-from turboinfer.llm.config import ModelConfig, QuantMode
-from turboinfer.llm.loader import _weight_files, hf_to_fused
-from turboinfer.llm.model import DecoderLayer, LlamaModel, RMSNorm
-from turboinfer.llm.moe import ExpertMLP, Gate, SparseMoeBlock, build_model, moe_blocks, route
-from turboinfer.llm.moe_weights import expert_key, fuse_expert
-from turboinfer.llm.quant import quantize_model
+from turboinfer.llm.model.config import ModelConfig, QuantMode
+from turboinfer.llm.model.llama import DecoderLayer, LlamaModel, RMSNorm
+from turboinfer.llm.model.loader import _weight_files, hf_to_fused
+from turboinfer.llm.model.moe import ExpertMLP, Gate, SparseMoeBlock, build_model, moe_blocks, route
+from turboinfer.llm.model.moe_weights import expert_key, fuse_expert
+from turboinfer.llm.model.quant import quantize_model
 
 GIB = 1 << 30
 Key = tuple[int, int]  # (layer, expert)

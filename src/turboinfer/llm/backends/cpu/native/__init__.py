@@ -3,7 +3,7 @@ with the system C compiler and loaded with ctypes. Where there is no compiler, t
 compile fails or the library does not load, ``native_status()`` says why and the engine
 keeps torch's kernels."""
 
-from turboinfer.llm.native.loader import (
+from turboinfer.llm.backends.cpu.native.loader import (
     DISABLE_ENV,
     NativeLibrary,
     NativeStatus,

@@ -27,10 +27,12 @@ class KVCache:
 
     @classmethod
     def allocate(cls, *, num_layers: int, num_blocks: int, block_size: int,
-                 num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> KVCache:
+                 num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | None = None) -> KVCache:
         shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
         # Zeros, not empty: padded query rows read unused slots and must stay finite.
-        return cls(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
+        return cls(torch.zeros(shape, dtype=dtype, device=device),
+                   torch.zeros(shape, dtype=dtype, device=device))
 
     @property
     def block_size(self) -> int:
@@ -64,38 +66,41 @@ class AttentionBatch:
 
     @classmethod
     def build(cls, *, starts: list[int], query_lens: list[int], block_tables: list[list[int]],
-              block_size: int) -> AttentionBatch:
-        """``starts[b]``: tokens of sequence b already cached; ``query_lens[b]``: new ones."""
+              block_size: int, device: torch.device | None = None) -> AttentionBatch:
+        """``starts[b]``: tokens of sequence b already cached; ``query_lens[b]``: new ones.
+        The tensors are built on ``device`` (default: the CPU), where the cache lives."""
         num_seqs = len(starts)
         max_blocks = max(len(t) for t in block_tables)
         tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in block_tables],
-                              dtype=torch.long)
-        key_pos = torch.arange(max_blocks * block_size)
+                              dtype=torch.long, device=device)
+        key_pos = torch.arange(max_blocks * block_size, device=device)
         max_q = max(query_lens)
         if max_q == 1:
             # Decode step: one token per sequence. Plain Python is cheaper than a dozen
             # tiny tensor ops here, and this runs once per step (and per draft step).
             slots = [t[p // block_size] * block_size + p % block_size
                      for t, p in zip(block_tables, starts, strict=True)]
-            start = torch.tensor(starts, dtype=torch.long)
+            start = torch.tensor(starts, dtype=torch.long, device=device)
             span = _span(block_tables[0], starts[0], block_size) if num_seqs == 1 else None
             allowed = (key_pos[None, :] <= start[:, None])[:, None, None, :]      # [B,1,1,L]
-            return cls(start, torch.tensor(slots, dtype=torch.long), torch.arange(num_seqs),
-                       torch.zeros(num_seqs, dtype=torch.long), tables,
+            return cls(start, torch.tensor(slots, dtype=torch.long, device=device),
+                       torch.arange(num_seqs, device=device),
+                       torch.zeros(num_seqs, dtype=torch.long, device=device), tables,
                        None if span else _additive(allowed), 1, tuple(query_lens), span=span)
-        start = torch.tensor(starts, dtype=torch.long)
-        qlens = torch.tensor(query_lens, dtype=torch.long)
+        start = torch.tensor(starts, dtype=torch.long, device=device)
+        qlens = torch.tensor(query_lens, dtype=torch.long, device=device)
         fresh = not any(starts)
-        seq_index = torch.repeat_interleave(torch.arange(num_seqs), qlens)  # [T]
+        seq_index = torch.repeat_interleave(torch.arange(num_seqs, device=device),
+                                            qlens)                                    # [T]
         first = torch.cumsum(qlens, 0) - qlens
-        query_offset = torch.arange(int(qlens.sum())) - first[seq_index]
+        query_offset = torch.arange(sum(query_lens), device=device) - first[seq_index]
         positions = start[seq_index] + query_offset
         slots_t = (tables[seq_index, positions // block_size] * block_size
                    + positions % block_size)
         if fresh:
             return cls(positions, slots_t, seq_index, query_offset, tables, None, max_q,
                        tuple(query_lens), fresh=True)
-        query_pos = start[:, None] + torch.arange(max_q)[None, :]              # [B, Qmax]
+        query_pos = start[:, None] + torch.arange(max_q, device=device)[None, :]  # [B, Qmax]
         allowed = (key_pos[None, None, :] <= query_pos[:, :, None]).unsqueeze(1)  # [B,1,Q,L]
         return cls(positions, slots_t, seq_index, query_offset, tables, _additive(allowed),
                    max_q, tuple(query_lens))
@@ -111,7 +116,8 @@ def _span(table: list[int], position: int, block_size: int) -> tuple[int, int] |
 
 
 def _additive(allowed: torch.Tensor) -> torch.Tensor:
-    return torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
+    return torch.zeros(allowed.shape, device=allowed.device).masked_fill_(~allowed,
+                                                                          float("-inf"))
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,

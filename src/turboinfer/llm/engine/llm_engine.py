@@ -5,22 +5,23 @@ from __future__ import annotations
 import torch
 
 from turboinfer.errors import InvalidInputError
-from turboinfer.llm.block_manager import BlockManager
-from turboinfer.llm.config import EngineConfig
-from turboinfer.llm.model import LlamaModel
-from turboinfer.llm.runner import ModelRunner, StepItem
-from turboinfer.llm.sampler import logits_to_probs, sample, token_logprobs
-from turboinfer.llm.sampling_params import SamplingParams
-from turboinfer.llm.scheduler import Scheduler, SchedulerOutput
-from turboinfer.llm.sequence import FinishReason, Sequence
-from turboinfer.llm.speculative import (
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.runner import ModelRunner
+from turboinfer.llm.engine.block_manager import BlockManager
+from turboinfer.llm.engine.sampler import logits_to_probs, sample, token_logprobs
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.engine.scheduler import Scheduler, SchedulerOutput
+from turboinfer.llm.engine.sequence import FinishReason, Sequence
+from turboinfer.llm.engine.speculative import (
     DraftModelProposer,
     NgramProposer,
     SpecStats,
     greedy_accept,
     rejection_sample,
 )
-from turboinfer.llm.structured import Guides
+from turboinfer.llm.engine.structured import Guides
+from turboinfer.llm.model.config import EngineConfig
+from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.tokenizer import Tokenizer
 
 

@@ -10,10 +10,10 @@ int4 0.09 ms with bf16 inputs, 1.0 ms and 2.8 ms with fp32 inputs, fp32 F.linear
 
 Each mode is a handler with two methods, ``quantize`` (float weight -> packed tensors)
 and ``module`` (packed tensors -> a drop-in ``nn.Module``), looked up in a table. ``LLM``
-itself does not fix the kernel: ``llm/kernels.py`` times these weight-only kernels (with
+itself does not fix the kernel: ``backends/cpu/kernels.py`` times these weight-only kernels (with
 bf16 and fp32 activations) against fbgemm's dynamic-int8 linear at load and keeps the
 fastest; the quantization functions here are what all of them share, and
-``quantize_int4_native`` is the layout of the hand-written int4 kernel (``llm/native``).
+``quantize_int4_native`` is the layout of the hand-written int4 kernel (``backends/cpu/native``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from turboinfer.llm.config import QuantMode
+from turboinfer.llm.model.config import QuantMode
 
 COMPUTE_DTYPE = torch.bfloat16
 

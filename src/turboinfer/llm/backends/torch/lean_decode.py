@@ -10,7 +10,7 @@ that path's inputs too (a view of the cache where the sequence's blocks are cons
 else the gathered blocks and an additive mask), since a mask cut short rounds
 differently, and through int4's bf16 activations that moved logits by 0.06.
 
-``llm/native_decode.py`` goes further where every layer has a native kernel: the whole
+``llm/backends/cpu/native_decode.py`` goes further where every layer has a native kernel: the whole
 step is one call into C.
 
 ``SingleSequenceDecoder`` runs the speculative draft's greedy steps the same lean way,
@@ -20,6 +20,7 @@ over keys and values gathered once per proposal into contiguous buffers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 import torch
@@ -27,14 +28,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from turboinfer.llm.attention import KVCache
-from turboinfer.llm.model import MLP, Attention, DecoderLayer, LlamaModel
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.model.attention import KVCache
+from turboinfer.llm.model.llama import MLP, Attention, DecoderLayer, LlamaModel
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
 def rows_kernel(module: nn.Module, rows: int) -> Linear:
-    """The kernel a measured layer (``llm/kernels.py``) runs for ``rows`` rows, else the
+    """The kernel a measured layer (``backends/cpu/kernels.py``) runs for ``rows`` rows, else the
     module: the lookup per call is overhead a step with a known row count can skip."""
     kernel_for = getattr(module, "kernel_for", None)
     return kernel_for(rows) if kernel_for is not None else module
@@ -105,6 +107,11 @@ class LeanDecoder:
         self.flat = [(kv_cache.k[i].view(-1, kv_heads, head_dim),
                       kv_cache.v[i].view(-1, kv_heads, head_dim))
                      for i in range(kv_cache.k.shape[0])]
+
+    def run(self, items: Seq[StepItem]) -> torch.Tensor:
+        """The step backend's entry point, for a step of one item of one new token."""
+        it = items[0]
+        return self.step(it.token_ids[0], it.start, it.block_table)
 
     @torch.inference_mode()
     def step(self, token: int, position: int, block_table: list[int]) -> torch.Tensor:

@@ -4,14 +4,14 @@ Each kernel is built from a float weight ``[N, K]`` (and bias) in the storage it
 operation wants, and maps float32 activations ``[rows, K]`` to float32 ``[rows, N]``.
 ``read_bytes`` is what one call reads of the weight (and its scales), the figure the
 bandwidth roofline divides by. Which one runs is decided per machine by timing them on
-the model's own shapes (``llm/kernels.py``); this module only says what each computes.
+the model's own shapes (``llm/backends/cpu/kernels.py``); this module only says what each computes.
 
 Formats: ``none`` (fp32 weights, results equal ``F.linear``'s up to float rounding),
 ``int8`` (per-output-channel symmetric weights; the native kernel also quantizes the
 activations per row; the dynamic kernels, per call and per tensor, are not offered) and
 ``int4`` (asymmetric groups along the input; the native kernel also quantizes the
 activations per row). The
-native kernels (``llm/native``) are offered only where their library compiled.
+native kernels (``llm/backends/cpu/native``) are offered only where their library compiled.
 """
 
 from __future__ import annotations
@@ -23,11 +23,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from turboinfer.llm.config import QuantMode
-from turboinfer.llm.native import NativeLibrary, native_status
-from turboinfer.llm.native.hugepages import on_huge_pages
-from turboinfer.llm.native.layout import f32_tiles, int4_tiles, int8_tiles
-from turboinfer.llm.quant import NATIVE_GROUP, quantize_int4, quantize_int4_native, quantize_int8
+from turboinfer.llm.backends.cpu.native import NativeLibrary, native_status
+from turboinfer.llm.backends.cpu.native.hugepages import on_huge_pages
+from turboinfer.llm.backends.cpu.native.layout import f32_tiles, int4_tiles, int8_tiles
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.quant import (
+    NATIVE_GROUP,
+    quantize_int4,
+    quantize_int4_native,
+    quantize_int8,
+)
 
 
 class Kernel:
@@ -185,7 +190,7 @@ class Int4WeightOnlyKernel(Kernel):
 
 
 class NativeKernel(Kernel):
-    """One of the hand-written kernels of ``llm/native/kernels.c``: the C function gets
+    """One of the hand-written kernels of ``llm/backends/cpu/native/kernels.c``: the C function gets
     the tensors' addresses, the arguments that do not change prepared once
     (``_fixed_args``, again whenever the tiles move)."""
 

@@ -1,0 +1,99 @@
+"""The engine's step backend: each step on the backend ``select.choose_step`` names.
+
+``ModelRunner`` owns the model's paged KV cache and the backends that write it: the
+general packed path (``torch/packed.py``, every step, any device) and, built on first
+use, the faster paths for the steps they cover (a lone sequence's, several sequences'
+one-token decode). Switching a path off (``lean_decode``, ``native_decode``,
+``batch_decode``) leaves its steps to the general path; the tests compare them that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+
+import torch
+
+from turboinfer.llm.backends import select
+from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder
+from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
+from turboinfer.llm.backends.torch.lean_decode import LeanDecoder
+from turboinfer.llm.backends.torch.packed import TorchBackend
+from turboinfer.llm.model.attention import KVCache
+from turboinfer.llm.model.llama import LlamaModel
+
+__all__ = ["ModelRunner"]
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaModel, kv_cache: KVCache, *, lean_decode: bool = True,
+                 native_decode: bool = True) -> None:
+        self.model = model
+        self.kv_cache = kv_cache
+        self.block_size = kv_cache.block_size
+        self.num_forwards = 0
+        # Every step the others do not take, on the cache's device.
+        self.general = TorchBackend(model, kv_cache)
+        # A step that decodes one token of one sequence goes through the lean decoder
+        # (backends/torch/lean_decode.py): same logits and cache writes, a fraction of
+        # the overhead.
+        self.lean_decode = lean_decode
+        # Where every layer has a native kernel, a lone sequence's step of up to
+        # select.NATIVE_ROWS tokens is one C call (backends/cpu/native_decode.py):
+        # close to the general path's logits, not bit for bit.
+        self.native_decode = native_decode
+        self._lean: LeanDecoder | NativeDecoder | None = None
+        # A step that decodes one token of each of several sequences runs its small ops
+        # on decode.c's native ones (backends/cpu/batch_decode.py): logits close to the
+        # general path's.
+        self.batch_decode = True
+        self._batch: BatchDecoder | None = None
+
+    @torch.inference_mode()
+    def run(self, items: Seq[StepItem]) -> torch.Tensor:
+        """One forward over all items; returns ``[sum(num_logits), vocab]`` float logits."""
+        backend = select.choose_step(items, self._lone, self._batched) or self.general
+        self.num_forwards += 1
+        return backend.run(items)
+
+    def native_decoder(self) -> NativeDecoder | None:
+        """The native one-call decoder, where a lone sequence's steps run on it."""
+        lean = self._lone()
+        return lean if isinstance(lean, NativeDecoder) else None
+
+    def decode_path(self) -> str:
+        """How a lone sequence's decode step runs: ``native`` (one call into decode.c),
+        ``lean`` (torch operations without the batch machinery) or ``general``."""
+        lean = self._lone()
+        return ("native" if isinstance(lean, NativeDecoder)
+                else "lean" if lean is not None else "general")
+
+    def _lone(self) -> LeanDecoder | NativeDecoder | None:
+        return self._lean_decoder() if self.lean_decode else None
+
+    def _batched(self) -> BatchDecoder | None:
+        return self._batch_decoder() if self.batch_decode else None
+
+    def _lean_decoder(self) -> LeanDecoder | NativeDecoder | None:
+        """Built on first use: the layers' kernels are chosen, and a parallel group
+        joined, by then. Rebuilt when ``native_decode`` is switched."""
+        if self._lean is not None and self.native_decode != isinstance(self._lean,
+                                                                      NativeDecoder):
+            self._lean = None
+        if self._lean is None:
+            found = select.lone_decoder(self.model, self.kv_cache, native=self.native_decode)
+            if found is None:
+                self.lean_decode = False
+                return None
+            self.native_decode = isinstance(found, NativeDecoder)
+            self._lean = found
+        return self._lean
+
+    def _batch_decoder(self) -> BatchDecoder | None:
+        """Built on first use (the kernels are chosen by then); where the library is
+        absent or the model is not dense float32, the switch goes off for good."""
+        if self._batch is None:
+            self._batch = select.batch_decoder(self.model, self.kv_cache)
+            if self._batch is None:
+                self.batch_decode = False
+        return self._batch

@@ -1,0 +1,105 @@
+"""Which backend runs a step: the one place that decides.
+
+Two decisions, both resting on measurement:
+
+* At load (``measure``): the thread count and, for every linear shape of the model,
+  the kernel measured fastest at the row counts the engine runs (``cpu/threads.py``,
+  ``cpu/kernels.py``). A native C kernel is kept at one row when it is within
+  ``NATIVE_STEP_MARGIN`` of the fastest, because a lone sequence's step runs as one call
+  into C only where every layer has one.
+* At every step (``choose_step``): a lone sequence's step of at most ``NATIVE_ROWS``
+  new tokens goes to the native one-call step (``cpu/native_decode.py``) where every
+  layer's chosen kernel is native, else a one-token step to the lean torch decoder
+  (``torch/lean_decode.py``); a step of one new token for each of several sequences to
+  the batched native step (``cpu/batch_decode.py``); anything else (prompts, mixed
+  steps, several sequences' verifications) to the general packed path
+  (``torch/packed.py``), which runs on any ``torch.device``.
+
+Which of the fast paths exist is fixed when the runner first needs them
+(``lone_decoder``, ``batch_decoder``): the CPU paths need the model in CPU memory, dense
+layers in one process and, for the native ones, the C library and float32 weights.
+Elsewhere (a model on a GPU) every step takes the general path; a GPU backend (CUDA
+graphs per batch size, paged attention kernels) goes in ``backends/cuda`` and is chosen
+here, for a model on a CUDA device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
+
+from turboinfer.llm.backends.base import StepBackend, StepItem
+from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder, supports_batch_decode
+from turboinfer.llm.backends.cpu.kernels import NATIVE_STEP_MARGIN, KernelChoice, select_kernels
+from turboinfer.llm.backends.cpu.native import native_status
+from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
+from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
+from turboinfer.llm.backends.torch.lean_decode import LeanDecoder, supports_lean
+from turboinfer.llm.model.attention import KVCache
+from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.llama import LlamaModel
+
+__all__ = ["NATIVE_ROWS", "NATIVE_STEP_MARGIN", "batch_decoder", "choose_step",
+           "lone_decoder", "measure"]
+
+# A lone sequence's step of at most this many new tokens (a decode step, a speculative
+# verification) goes through the native one-call step; longer ones (prompts) take the
+# packed path, whose prompt-chunk kernels and causal SDPA are faster there.
+NATIVE_ROWS = 16
+
+LoneDecoder = LeanDecoder | NativeDecoder
+
+
+def measure(model: LlamaModel, quant: QuantMode, *, group_size: int,
+            pick_threads: bool) -> tuple[ThreadChoice | None, list[KernelChoice]]:
+    """At load, on this machine: the thread count measured fastest on the model's widest
+    projection (``pick_threads``; else the count already set stays), then every linear
+    layer's kernels measured at that count, swapped into the model."""
+    threads = None
+    if pick_threads:
+        c = model.config
+        threads = choose_threads(c.hidden_size, 2 * c.intermediate_size)
+    return threads, select_kernels(model, quant, group_size=group_size)
+
+
+def _on_cpu(kv_cache: KVCache) -> bool:
+    return kv_cache.k.device.type == "cpu"
+
+
+def lone_decoder(model: LlamaModel, kv_cache: KVCache, *, native: bool) -> LoneDecoder | None:
+    """What a lone sequence's steps run on: the native one-call step where ``native`` and
+    every layer has a native kernel, else the lean torch decoder; None where neither
+    applies (the general path then). Build it after the kernels are chosen and a
+    parallel group joined: both decide what it can do."""
+    if not _on_cpu(kv_cache) or not supports_lean(model):
+        return None
+    found = NativeDecoder.build(model, kv_cache) if native else None
+    return found or LeanDecoder(model, kv_cache)
+
+
+def batch_decoder(model: LlamaModel, kv_cache: KVCache) -> BatchDecoder | None:
+    """The batched native decode step, where the C library loaded and the model is dense
+    float32 in CPU memory; else None (the general path)."""
+    library = native_status().library
+    if library is None or not _on_cpu(kv_cache) or not supports_batch_decode(model, kv_cache):
+        return None
+    return BatchDecoder(model, kv_cache, library)
+
+
+def choose_step(items: Seq[StepItem], lone: Callable[[], LoneDecoder | None],
+                batch: Callable[[], BatchDecoder | None]) -> StepBackend | None:
+    """The backend that runs this step, None for the general path. ``lone`` and ``batch``
+    hand over the runner's decoders (built on first use, None where switched off or
+    unsupported); each is asked only for a step it could take."""
+    if len(items) == 1:
+        decoder = lone()
+        if decoder is not None:
+            item = items[0]
+            if isinstance(decoder, NativeDecoder):
+                if len(item.token_ids) <= NATIVE_ROWS:
+                    return decoder
+            elif len(item.token_ids) == 1 and item.num_logits == 1:
+                return decoder
+    if len(items) > 1 and all(len(it.token_ids) == 1 and it.num_logits == 1 for it in items):
+        return batch()
+    return None
