@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 from turboinfer.doctor.api import DoctorRequest, run_doctor
-from turboinfer.doctor.rules.gpu import NO_SERVER_GPU
 from turboinfer.load.scenarios import Scenario, ScenarioSettings
 from turboinfer.load.session import LoadSettings, run_load
 
@@ -31,6 +30,8 @@ def test_doctor_names_queueing_with_queue_time(unbatched_server: str) -> None:
     assert "queue" in queueing.evidence and "ms vs compute" in queueing.evidence
     assert "max_batch_size 0" in queueing.evidence
     assert queueing.fix.startswith("config.yaml: max_batch_size:")
-    # No GPU behind this server: the GPU rules say so instead of judging.
+    # The model is served on the CPU: the GPU rules say so instead of passing.
     skipped = {s.rule: s.reason for s in diagnosis.skipped}
-    assert skipped["gpu_utilisation"] == skipped["gpu_memory"] == NO_SERVER_GPU
+    assert skipped["gpu_utilisation"] == skipped["gpu_memory"]
+    assert skipped["gpu_utilisation"].startswith(f"{MODEL} is served on the CPU")
+    assert "gpu_utilisation" not in diagnosis.passed

@@ -67,18 +67,20 @@ def scraped_gpus(name: str) -> tuple[GpuUse, ...]:
     """Every recorded sample scraped once from a real ``Metrics`` page, then read back."""
     rec = recording(name)
     metrics = Metrics(gpus=GpuSampler(ReplayedNvml(rec)))
+    metrics.serving(metrics.for_version("resnet50", "1", on_gpu=True))
     scrapes = [parse(metrics.render().decode()) for _ in rec["gpus"][0]["samples"]]
     return gpu_use(scrapes)
 
 
-def window(gpus: tuple[GpuUse, ...], *, requests: float = 600.0) -> ServerWindow:
+def window(gpus: tuple[GpuUse, ...], *, requests: float = 600.0,
+           on_gpu: bool | None = True) -> ServerWindow:
     """A 10 s window of a batching server with the given GPUs."""
     latency = Percentiles(p50_ms=4.0, p99_ms=9.0, mean_ms=4.5)
     return ServerWindow(
         url="http://127.0.0.1:8000", model="resnet50", seconds=10.0, requests=requests,
         failures=0.0, request=latency, queue=None, compute=latency, queue_mean_ms=0.2,
         compute_mean_ms=4.3, avg_batch=1.1, max_batch_size=8, batch_efficiency=1.1 / 8,
-        max_pending=1.0, cpu_cores=0.8, instances=1, gpus=gpus)
+        max_pending=1.0, cpu_cores=0.8, instances=1, gpus=gpus, on_gpu=on_gpu)
 
 
 def test_the_exporter_and_the_reader_keep_each_gpus_figures() -> None:
@@ -114,6 +116,23 @@ def test_a_full_gpu_memory_is_named_and_a_busy_gpu_is_not() -> None:
     assert finding.symptom == "GPU 0 (NVIDIA L4) memory 96% full at the window's peak"
     assert finding.evidence.startswith("21.6 of 22.5 GiB in use (NVML)")
     assert finding.fix == "config.yaml: max_batch_size: 4; instances: 1"
+
+
+def test_a_server_with_no_model_on_a_gpu_exports_no_gpu_samples() -> None:
+    metrics = Metrics(gpus=GpuSampler(ReplayedNvml(recording("small-batches.json"))))
+    metrics.serving(metrics.for_version("digits", "1", on_gpu=False))
+    assert gpu_use([parse(metrics.render().decode())]) == ()
+    metrics.serving(metrics.for_version("resnet50", "1", on_gpu=True))
+    assert len(gpu_use([parse(metrics.render().decode())])) == 1
+
+
+def test_a_model_served_on_the_cpu_skips_the_gpu_rules_instead_of_passing() -> None:
+    busy_gpu_cpu_model = window(scraped_gpus("small-batches.json"), on_gpu=False)
+    diagnosis = diagnose(Inputs(hardware=profile(engines=False, gpus=False),
+                                server=busy_gpu_cpu_model))
+    reasons = {s.rule: s.reason for s in diagnosis.skipped}
+    assert "gpu_utilisation" not in diagnosis.passed and "gpu_memory" not in diagnosis.passed
+    assert reasons["gpu_utilisation"].startswith("resnet50 is served on the CPU")
 
 
 def test_too_few_requests_say_nothing_about_utilisation() -> None:

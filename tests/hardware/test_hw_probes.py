@@ -41,6 +41,7 @@ def fake_nvml(*, init_fails: bool = False, attributes: bool = True) -> Any:
         nvmlDeviceGetAttributes_v2=attributes_v2,
         nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
         nvmlDeviceGetMaxClockInfo=lambda h, kind: clocks[kind],
+        nvmlDeviceGetUUID=lambda h: f"GPU-0000000{h}-aaaa-bbbb-cccc-dddddddddddd",
     )
 
 
@@ -53,7 +54,23 @@ def test_read_gpus_from_nvml() -> None:
 
 
 def test_unsupported_query_leaves_field_empty() -> None:
-    assert all(g.sm_count is None for g in read_gpus(fake_nvml(attributes=False)))
+    assert all(g.sm_count is None for g in read_gpus(fake_nvml(attributes=False),
+                                                     sm_counts=dict))
+
+
+def test_sm_counts_nvml_refuses_come_from_cuda_by_uuid() -> None:
+    # CUDA numbers the GPUs in another order here: the UUID decides, not the index.
+    counts = {"00000001-aaaa-bbbb-cccc-dddddddddddd": 132,
+              "00000000-aaaa-bbbb-cccc-dddddddddddd": 114}
+    gpus = read_gpus(fake_nvml(attributes=False), sm_counts=lambda: counts)
+    assert [g.sm_count for g in gpus] == [114, 132]
+
+
+def test_cuda_is_not_asked_when_nvml_answers() -> None:
+    def never() -> dict[str, int]:
+        raise AssertionError("torch was asked although NVML gave the SM count")
+
+    assert [g.sm_count for g in read_gpus(fake_nvml(), sm_counts=never)] == [132, 132]
 
 
 def test_nvml_without_driver_means_no_gpus() -> None:

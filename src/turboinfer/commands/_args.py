@@ -6,7 +6,14 @@ import argparse
 from collections.abc import Callable
 from typing import TypeVar
 
-from turboinfer.engines import EngineSettings, ExecutionMode, GraphOptimization
+from turboinfer.engines import (
+    CompileMode,
+    EngineSettings,
+    ExecutionMode,
+    GraphOptimization,
+    Precision,
+    Toggle,
+)
 from turboinfer.errors import InvalidInputError
 from turboinfer.shapes import SHAPE_HELP, SHAPE_SYNTAX, parse_shape_flag
 
@@ -73,13 +80,35 @@ def add_engine_settings(parser: argparse.ArgumentParser) -> None:
                        help="disable the engine's memory arena")
     group.add_argument("--device", choices=["cpu", "cuda", "tensorrt"], default=defaults.device,
                        help="where the engine runs")
+    group.add_argument("--precision", choices=[p.value for p in Precision],
+                       default=defaults.precision.value,
+                       help="torch: the arithmetic (fp16 and tf32 on cuda only); "
+                            "onnxruntime: fp16/bf16 on tensorrt")
+    group.add_argument("--channels-last", choices=[t.value for t in Toggle],
+                       default=defaults.channels_last.value,
+                       help="torch: NHWC image inputs (auto: on for fp16/bf16 on a GPU)")
+    group.add_argument("--compile", choices=[c.value for c in CompileMode], metavar="MODE",
+                       default=defaults.compile.value,
+                       help="torch: torch.compile at load in MODE: none, default (torch's "
+                            "own default mode), reduce-overhead, max-autotune, "
+                            "max-autotune-no-cudagraphs")
+    group.add_argument("--cuda-graphs", action="store_true",
+                       help="a CUDA graph per batch bucket up to the largest batch size "
+                            "(torch), or ONNX Runtime's CUDA-graph option (fixed shapes)")
 
 
-def engine_settings(args: argparse.Namespace) -> EngineSettings:
+def engine_settings(args: argparse.Namespace, max_batch_size: int = 0) -> EngineSettings:
+    """The settings the flags give; ``max_batch_size``: the largest batch the command
+    will run, for the buckets CUDA graphs and compiled kernels are made for."""
     return EngineSettings(
         intra_op_threads=args.threads,
         execution_mode=ExecutionMode(args.execution_mode),
         graph_optimization=GraphOptimization(args.graph_optimization),
         memory_arena=not args.no_memory_arena,
         device=args.device,
+        precision=Precision(args.precision),
+        channels_last=Toggle(args.channels_last),
+        compile=CompileMode(args.compile),
+        cuda_graphs=args.cuda_graphs,
+        max_batch_size=max_batch_size,
     )

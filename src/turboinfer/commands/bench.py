@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     config = BenchConfig(
         engines=args.engines,
         batch_sizes=args.batch_sizes,
-        settings=engine_settings(args),
+        settings=engine_settings(args, max_batch_size=max(args.batch_sizes)),
         min_runs=args.min_runs,
         min_seconds=args.min_seconds,
         warmup_runs=args.warmup,

@@ -83,6 +83,9 @@ class ServerWindow:
     # The batch window's bound from the server's config door (Triton's
     # max_queue_delay_microseconds); 0 without dynamic batching, None when unknown.
     max_queue_delay_ms: float | None = None
+    # The model runs on a GPU (its instance group is KIND_GPU); None when the server
+    # has no config door to say.
+    on_gpu: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (vars(v) if isinstance(v, Percentiles) else
@@ -146,7 +149,8 @@ def observe(url: str, *, model: str | None, seconds: float) -> ServerWindow:
         failure_reasons=failure_reasons(start, end, model),
         cpu_seconds=_delta(start, end, CPU_SECONDS), cpu_wait_seconds=_delta(start, end, CPU_WAIT),
         usable_cores=end.total(USABLE_CORES, model), gpus=gpu_use(scrapes),
-        max_queue_delay_ms=queue_delay_ms(config))
+        max_queue_delay_ms=queue_delay_ms(config),
+        on_gpu=any(g.get("kind") == "KIND_GPU" for g in groups) if config else None)
 
 
 def queue_delay_ms(config: dict[str, Any]) -> float | None:

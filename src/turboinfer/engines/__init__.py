@@ -10,25 +10,31 @@ import importlib.util
 from dataclasses import dataclass
 
 from turboinfer.engines.base import (
+    CompileMode,
     Engine,
     EngineSettings,
     ExecutionMode,
     GraphOptimization,
     ModelArtifact,
+    Precision,
     Session,
     TensorSpec,
+    Toggle,
 )
 from turboinfer.errors import ConfigError, MissingDependencyError
 
 __all__ = [
     "ENGINES",
+    "CompileMode",
     "Engine",
     "EngineSettings",
     "ExecutionMode",
     "GraphOptimization",
     "ModelArtifact",
+    "Precision",
     "Session",
     "TensorSpec",
+    "Toggle",
     "available_engines",
     "get_engine",
     "load_session",

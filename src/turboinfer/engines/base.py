@@ -34,6 +34,33 @@ class GraphOptimization(str, enum.Enum):
 
 
 DEVICES = ("cpu", "cuda", "tensorrt")
+GPU_DEVICES = ("cuda", "tensorrt")
+
+
+class Precision(str, enum.Enum):
+    """The arithmetic of the weights and activations. ``tf32`` keeps FP32 tensors and lets
+    CUDA tensor cores round matmul and convolution inputs to 10-bit mantissas."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class Toggle(str, enum.Enum):
+    ON = "on"
+    OFF = "off"
+    AUTO = "auto"
+
+
+class CompileMode(str, enum.Enum):
+    """``torch.compile`` at load (``none``: eager), by its ``mode`` argument."""
+
+    NONE = "none"
+    DEFAULT = "default"
+    REDUCE_OVERHEAD = "reduce-overhead"
+    MAX_AUTOTUNE = "max-autotune"
+    MAX_AUTOTUNE_NO_CUDAGRAPHS = "max-autotune-no-cudagraphs"
 
 
 @dataclass(frozen=True)
@@ -53,12 +80,40 @@ class EngineSettings:
     # Intra-op threads spin between runs (ONNX Runtime's default): the lowest latency
     # back to back, but they burn cores that a server's event loop and clients need.
     spin_wait: bool = True
+    # The forms a model runs in on an accelerator (the torch engine; ONNX Runtime's
+    # TensorRT provider takes fp16/bf16 and both GPU providers take cuda_graphs).
+    precision: Precision = Precision.FP32
+    channels_last: Toggle = Toggle.AUTO  # 4-D convolution inputs as NHWC
+    compile: CompileMode = CompileMode.NONE
+    cuda_graphs: bool = False  # one graph per batch-size bucket, captured at load
+    # The largest batch a run will get (a server's max_batch_size): CUDA graphs and
+    # compiled kernels are made at load for buckets up to it. 0: batch 1 only.
+    max_batch_size: int = 0
 
     def __post_init__(self) -> None:
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
             raise ConfigError("thread counts must be >= 0 (0 lets the engine choose)")
         if self.device not in DEVICES:
             raise ConfigError(f"unknown device {self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.max_batch_size < 0:
+            raise ConfigError("max_batch_size must be >= 0")
+        if self.cuda_graphs and self.device not in GPU_DEVICES:
+            raise ConfigError(f"cuda_graphs needs a GPU device (cuda or tensorrt), "
+                              f"not {self.device!r}")
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device in GPU_DEVICES
+
+    def refuse_forms(self, engine: str, allowed: set[str]) -> None:
+        """ConfigError naming the first torch form set that ``engine`` cannot honour."""
+        defaults = EngineSettings()
+        for name in ("precision", "channels_last", "compile", "cuda_graphs"):
+            value = getattr(self, name)
+            if name not in allowed and value != getattr(defaults, name) and not (
+                    name == "channels_last" and value is Toggle.OFF):
+                shown = value.value if isinstance(value, enum.Enum) else value
+                raise ConfigError(f"the {engine} engine does not take {name}={shown}")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,12 @@ from turboinfer.engines.base import (
     TensorSpec,
     check_feeds,
 )
+from turboinfer.engines.onnxruntime_gpu import (
+    BoundRun,
+    ProviderList,
+    check_available,
+    gpu_providers,
+)
 from turboinfer.errors import (
     ConfigError,
     InferenceError,
@@ -49,11 +55,6 @@ _GRAPH_LEVELS = {
     GraphOptimization.ALL: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 
-_PROVIDERS = {
-    "cpu": ["CPUExecutionProvider"],
-    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
-    "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
-}
 
 
 def session_options(settings: EngineSettings) -> ort.SessionOptions:
@@ -73,15 +74,13 @@ def session_options(settings: EngineSettings) -> ort.SessionOptions:
     return options
 
 
-def providers_for(device: str) -> list[str]:
-    wanted = _PROVIDERS[device]
-    available = set(ort.get_available_providers())
-    if wanted[0] not in available:
-        raise ConfigError(
-            f"device {device!r} needs ONNX Runtime's {wanted[0]}, which this install lacks "
-            f"(available: {', '.join(sorted(available))})"
-        )
-    return [p for p in wanted if p in available]
+def providers_for(device: str, settings: EngineSettings | None = None) -> ProviderList:
+    """The execution providers, with their options, for ``device``; a GPU device on an
+    install without its provider is a ConfigError that names the extra."""
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    check_available(device)
+    return gpu_providers(settings if settings is not None else EngineSettings(device=device))
 
 
 def _spec(arg: ort.NodeArg) -> TensorSpec:
@@ -90,13 +89,17 @@ def _spec(arg: ort.NodeArg) -> TensorSpec:
 
 
 class OrtSession(SpecsSession):
-    """A wrapped ``InferenceSession``. ``run`` adds no work on the success path."""
+    """A wrapped ``InferenceSession``. ``run`` adds no work on the success path.
 
-    def __init__(self, session: ort.InferenceSession) -> None:
+    ``bound`` (a GPU provider): runs go through I/O binding, the tensors stay on the
+    device between the copy in and the copy out."""
+
+    def __init__(self, session: ort.InferenceSession, bound: BoundRun | None = None) -> None:
         super().__init__([_spec(arg) for arg in session.get_inputs()],
                          [_spec(arg) for arg in session.get_outputs()])
         self.session = session
         self._output_names = [spec.name for spec in self._outputs]
+        self._bound = bound
 
     @property
     def providers(self) -> list[str]:
@@ -104,7 +107,12 @@ class OrtSession(SpecsSession):
 
     def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
         try:
+            if self._bound is not None:
+                return self._bound.run(feeds)
             values = self.session.run(self._output_names, feeds)
+        except KeyError:
+            check_feeds(self._inputs, feeds)
+            raise
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
                 ort.capi.onnxruntime_pybind11_state.Fail,
                 ort.capi.onnxruntime_pybind11_state.RuntimeException,
@@ -134,11 +142,13 @@ class OnnxRuntimeEngine:
     def load(self, model: ModelArtifact, settings: EngineSettings) -> OrtSession:
         if not model.onnx_path.is_file():
             raise UnknownModelError(f"model file not found: {model.onnx_path}")
+        settings.refuse_forms(self.name, {"precision", "cuda_graphs"} if settings.on_gpu
+                              else set())
         try:
             session = ort.InferenceSession(
                 str(model.onnx_path),
                 sess_options=session_options(settings),
-                providers=providers_for(settings.device),
+                providers=providers_for(settings.device, settings),
             )
         except ConfigError:
             raise
@@ -146,7 +156,11 @@ class OnnxRuntimeEngine:
             raise ModelLoadError(
                 f"onnxruntime cannot load {model.onnx_path}: {_first_line(exc)}"
             ) from None
-        return OrtSession(session)
+        if not settings.on_gpu:
+            return OrtSession(session)
+        plain = OrtSession(session)
+        return OrtSession(session, BoundRun(session, plain.inputs, plain.outputs,
+                                            fixed=settings.cuda_graphs))
 
 
 ENGINE = OnnxRuntimeEngine()

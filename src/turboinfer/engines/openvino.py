@@ -55,6 +55,7 @@ class OpenVinoEngine:
     def load(self, model: ModelArtifact, settings: EngineSettings) -> OpenVinoSession:
         if settings.device != "cpu":
             raise ConfigError("the openvino engine runs on the CPU here; use device 'cpu'")
+        settings.refuse_forms(self.name, set())
         if not model.onnx_path.is_file():
             raise UnknownModelError(f"model file not found: {model.onnx_path}")
         # f32 explicitly: the plugin may otherwise pick a lower precision on its own.

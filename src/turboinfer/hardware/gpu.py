@@ -6,11 +6,13 @@ memory. Without the package or a driver there are simply no GPUs to report.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import logging
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from turboinfer.hardware.model import GpuProfile
@@ -29,8 +31,31 @@ def import_nvml() -> Any | None:
         return None
 
 
-def read_gpus(nvml: Any | None = None) -> tuple[GpuProfile, ...]:
-    """Every GPU NVML sees; ``nvml`` is the pynvml module (injected by tests)."""
+SmCounts = Callable[[], dict[str, int]]
+
+
+def torch_sm_counts() -> dict[str, int]:
+    """SM counts by GPU UUID (no "GPU-" prefix) from torch's CUDA device properties:
+    NVML's attributes call answers only on MIG-capable setups and refuses elsewhere
+    (an H200 without MIG). Imports torch and creates a CUDA context: asked only when
+    NVML could not say, and {} without a CUDA build of torch."""
+    if importlib.util.find_spec("torch") is None:
+        return {}
+    import torch  # seconds to import: only when NVML left an SM count unknown
+
+    if not torch.cuda.is_available():
+        return {}
+    counts = {}
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        counts[str(getattr(props, "uuid", index))] = int(props.multi_processor_count)
+    return counts
+
+
+def read_gpus(nvml: Any | None = None,
+              sm_counts: SmCounts = torch_sm_counts) -> tuple[GpuProfile, ...]:
+    """Every GPU NVML sees; ``nvml`` is the pynvml module (injected by tests), and
+    ``sm_counts`` fills the SM counts NVML does not give."""
     nvml = nvml if nvml is not None else import_nvml()
     if nvml is None:
         return ()
@@ -43,9 +68,28 @@ def read_gpus(nvml: Any | None = None) -> tuple[GpuProfile, ...]:
         driver = _optional(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
         cuda = _optional(lambda: _cuda_version(nvml.nvmlSystemGetCudaDriverVersion_v2()))
         count = _optional(nvml.nvmlDeviceGetCount) or 0
-        return tuple(_read_gpu(nvml, i, driver, cuda) for i in range(count))
+        gpus = [_read_gpu(nvml, i, driver, cuda) for i in range(count)]
+        if any(g.sm_count is None for g in gpus):
+            gpus = _fill_sm_counts(nvml, gpus, _optional(sm_counts) or {})
+        return tuple(gpus)
     finally:
         _optional(nvml.nvmlShutdown)
+
+
+def _fill_sm_counts(nvml: Any, gpus: list[GpuProfile],
+                    counts: dict[str, int]) -> list[GpuProfile]:
+    """The missing SM counts from ``counts``, matched by UUID (CUDA may number the
+    GPUs in another order than NVML does)."""
+    def uuid_of(index: int) -> str:
+        return _text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index)))
+
+    filled = []
+    for gpu in gpus:
+        uuid = _optional(functools.partial(uuid_of, gpu.index))
+        sms = counts.get(uuid.removeprefix("GPU-")) if uuid else None
+        filled.append(gpu if gpu.sm_count is not None or sms is None
+                      else replace(gpu, sm_count=sms))
+    return filled
 
 
 def _read_gpu(nvml: Any, index: int, driver: str | None, cuda: str | None) -> GpuProfile:

@@ -28,14 +28,14 @@ class RecordingMetrics(Metrics):
         self.log: list[Event] = []
 
     def for_version(self, model: str, version: str, *, max_batch_size: int = 0,
-                    weight_bytes: int = 0) -> VersionStats:
+                    weight_bytes: int = 0, on_gpu: bool = False) -> VersionStats:
         return RecordingStats(self, model, version, max_batch_size=max_batch_size,
-                              weight_bytes=weight_bytes)
+                              weight_bytes=weight_bytes, on_gpu=on_gpu)
 
     def serving(self, stats: VersionStats) -> None:
         super().serving(stats)
         self.log.append(("serving", stats.model, stats.version, stats.max_batch_size,
-                         stats.weight_bytes))
+                         stats.weight_bytes, stats.on_gpu))
 
     def drain(self) -> list[Event]:
         """The observations since the last drain, oldest first."""
@@ -45,9 +45,9 @@ class RecordingMetrics(Metrics):
 
 class RecordingStats(VersionStats):
     def __init__(self, metrics: RecordingMetrics, model: str, version: str, *,
-                 max_batch_size: int = 0, weight_bytes: int = 0) -> None:
+                 max_batch_size: int = 0, weight_bytes: int = 0, on_gpu: bool = False) -> None:
         super().__init__(metrics, model, version, max_batch_size=max_batch_size,
-                         weight_bytes=weight_bytes)
+                         weight_bytes=weight_bytes, on_gpu=on_gpu)
         self._recorder = metrics
 
     def _record(self, *event: Any) -> None:
@@ -82,10 +82,10 @@ def replay(metrics: Metrics, events: list[Event]) -> None:
         stats = metrics.versions.get((model, version))
         if kind == "serving":
             if stats is None:
-                max_batch_size, weight_bytes = args
+                max_batch_size, weight_bytes, on_gpu = args
                 metrics.serving(metrics.for_version(model, version,
                                                     max_batch_size=max_batch_size,
-                                                    weight_bytes=weight_bytes))
+                                                    weight_bytes=weight_bytes, on_gpu=on_gpu))
                 metrics.loaded.set(len(metrics.versions))
         elif stats is not None and kind in _REPLAYED:
             getattr(stats, kind)(*args)

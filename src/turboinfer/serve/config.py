@@ -11,7 +11,12 @@ version folders, each holding the model file::
 
 ``config.yaml`` (every key optional; unknown keys are rejected so typos are caught)::
 
-    engine: onnxruntime          # onnxruntime | openvino
+    engine: onnxruntime          # onnxruntime | openvino | torch
+    source: null                 # engine torch: the model as code, builtin:NAME or
+                                 # package.module:factory, instead of a model_file in
+                                 # each version folder (the folders 1/, 2/ ... may be
+                                 # empty); the ONNX export that names its tensors is
+                                 # made once and cached
     max_batch_size: 32           # 0: no batching, requests run as they arrive
     dynamic_batching:
       max_queue_delay_ms: 5.0    # the most the first request of a batch may wait; it
@@ -35,8 +40,23 @@ version folders, each holding the model file::
                                  # off by default: on a few cores the spinning threads
                                  # take the event loop's CPU (benchmarks/serving_server/
                                  # spin_wait.py)
+      device: cpu                # cpu | cuda | tensorrt (onnxruntime's TensorRT
+                                 # provider); a GPU needs torch with CUDA (engine torch)
+                                 # or onnxruntime-gpu (the gpu extra)
+      precision: fp32            # fp32 | tf32 | fp16 | bf16: torch (fp16/tf32 on cuda
+                                 # only); onnxruntime takes fp16/bf16 on tensorrt
+      channels_last: auto        # on | off | auto (torch: NHWC for 4-D image inputs;
+                                 # auto turns it on for fp16/bf16 convolutions on a GPU)
+      compile: none              # torch.compile at load: none | default |
+                                 # reduce-overhead | max-autotune |
+                                 # max-autotune-no-cudagraphs
+      cuda_graphs: false         # torch: a CUDA graph per batch bucket (powers of two
+                                 # up to max_batch_size), captured at load, a batch
+                                 # padded to its bucket and replayed; onnxruntime: its
+                                 # CUDA-graph option (fixed shapes only)
     version_policy: {latest: 1}  # or {all: true} or {specific: [1, 3]}
-    model_file: model.onnx
+    model_file: model.onnx       # engine torch: a .pt2 (torch.export), a TorchScript
+                                 # .pt, or a Hugging Face folder's name
     canary: null                 # or {version: 3, percent: 10}: that share of requests
                                  # naming no version goes to version 3, the rest to the
                                  # newest other served version (the policy must serve both)
@@ -71,7 +91,14 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from turboinfer.engines.base import EngineSettings, ExecutionMode, GraphOptimization
+from turboinfer.engines.base import (
+    CompileMode,
+    EngineSettings,
+    ExecutionMode,
+    GraphOptimization,
+    Precision,
+    Toggle,
+)
 from turboinfer.errors import ConfigError
 
 CONFIG_FILE = "config.yaml"
@@ -96,9 +123,24 @@ class EngineSettingsConfig(_Strict):
     memory_arena: bool = True
     # Off when serving: spinning intra-op threads starve the event loop of its cores.
     spin_wait: bool = False
+    device: Literal["cpu", "cuda", "tensorrt"] = "cpu"  # engines.base.DEVICES
+    precision: Precision = Precision.FP32
+    channels_last: Toggle = Toggle.AUTO
+    compile: CompileMode = CompileMode.NONE
+    cuda_graphs: bool = False
 
-    def to_settings(self) -> EngineSettings:
-        return EngineSettings(**self.model_dump())
+    @model_validator(mode="after")
+    def _graphs_on_a_gpu(self) -> EngineSettingsConfig:
+        if self.cuda_graphs and self.device == "cpu":
+            raise ValueError("cuda_graphs needs device cuda or tensorrt")
+        return self
+
+    def to_settings(self, max_batch_size: int = 0) -> EngineSettings:
+        return EngineSettings(**self.model_dump(), max_batch_size=max_batch_size)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device != "cpu"
 
 
 class VersionPolicy(_Strict):
@@ -150,7 +192,8 @@ class AutoscalingConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    engine: Literal["onnxruntime", "openvino"] = "onnxruntime"
+    engine: Literal["onnxruntime", "openvino", "torch"] = "onnxruntime"
+    source: str | None = None  # engine torch: builtin:NAME or package.module:factory
     max_batch_size: int = Field(default=0, ge=0)
     dynamic_batching: DynamicBatching | None = None
     instances: int = Field(default=1, ge=1)
@@ -165,6 +208,13 @@ class ModelConfig(_Strict):
     max_dims: dict[str, list[Annotated[int, Field(ge=1)] | None]] = Field(
         default_factory=dict)
     max_dynamic_dim: int = Field(default=65536, ge=1)
+
+    @model_validator(mode="after")
+    def _source_is_torch(self) -> ModelConfig:
+        if self.source is not None and self.engine != "torch":
+            raise ValueError("source (a model as code) is for engine torch; other engines "
+                             "read model_file")
+        return self
 
     @property
     def batching(self) -> bool:

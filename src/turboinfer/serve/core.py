@@ -15,6 +15,7 @@ import numpy as np
 
 from turboinfer import __version__
 from turboinfer.errors import ConfigError, UnavailableError, UnknownModelError
+from turboinfer.serve.config import ModelConfig
 from turboinfer.serve.drain import InFlight
 from turboinfer.serve.metrics import Metrics
 from turboinfer.serve.protocol import InferRequest, datatype_of
@@ -172,7 +173,7 @@ def triton_config(served: ServedVersion) -> dict[str, Any]:
         "max_batch_size": config.max_batch_size,
         "input": [tensor(s) for s in served.inputs],
         "output": [tensor(s) for s in served.outputs],
-        "instance_group": [{"count": config.instances, "kind": "KIND_CPU"}],
+        "instance_group": [_instance_group(config)],
         "version_policy": _version_policy(served),
     }
     settings = served.batcher.settings
@@ -186,6 +187,14 @@ def triton_config(served: ServedVersion) -> dict[str, Any]:
             "default_queue_policy": policy,
         }
     return result
+
+
+def _instance_group(config: ModelConfig) -> dict[str, Any]:
+    """Triton's instance group: KIND_GPU (on GPU 0) for a model served on a GPU; doctor
+    reads it to judge the GPU rules only then."""
+    if config.engine_settings.on_gpu:
+        return {"count": config.instances, "kind": "KIND_GPU", "gpus": [0]}
+    return {"count": config.instances, "kind": "KIND_CPU"}
 
 
 def _version_policy(served: ServedVersion) -> dict[str, Any]:

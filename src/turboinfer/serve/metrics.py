@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -100,9 +101,14 @@ class Metrics:
         return generate_latest(self.registry)
 
     def for_version(self, model: str, version: str, *, max_batch_size: int = 0,
-                    weight_bytes: int = 0) -> VersionStats:
+                    weight_bytes: int = 0, on_gpu: bool = False) -> VersionStats:
         return VersionStats(self, model, version, max_batch_size=max_batch_size,
-                            weight_bytes=weight_bytes)
+                            weight_bytes=weight_bytes, on_gpu=on_gpu)
+
+    @property
+    def serves_on_gpu(self) -> bool:
+        """A served version runs on a GPU: only then are the GPU families filled."""
+        return any(stats.on_gpu for stats in list(self.versions.values()))
 
     def serving(self, stats: VersionStats) -> None:
         """A version that loaded and warmed up: the scrape-time collector reads it. A
@@ -152,9 +158,10 @@ class VersionStats(BatchObserver):
     """Statistics of one model version: Triton's JSON and the Prometheus children."""
 
     def __init__(self, metrics: Metrics, model: str, version: str, *,
-                 max_batch_size: int = 0, weight_bytes: int = 0) -> None:
+                 max_batch_size: int = 0, weight_bytes: int = 0, on_gpu: bool = False) -> None:
         self.model, self.version = model, version
         self.max_batch_size, self.weight_bytes = max_batch_size, weight_bytes
+        self.on_gpu = on_gpu
         self._metrics = metrics
         labels = (model, version)
         self._success = metrics.success.labels(*labels)
@@ -267,6 +274,15 @@ def weight_bytes(model_file: Path) -> int:
     return total
 
 
+def torch_allocated() -> list[tuple[int, int]]:
+    """(GPU, bytes) that torch's allocator holds for tensors of this process; empty when
+    torch was never imported or never touched CUDA (asking must not create a context)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return []
+    return [(i, int(torch.cuda.memory_allocated(i))) for i in range(torch.cuda.device_count())]
+
+
 class GoldenCollector(Collector):
     """Utilisation, batch efficiency and the memory-traffic proxy, computed per scrape.
 
@@ -285,7 +301,9 @@ class GoldenCollector(Collector):
       but waiting for a CPU (schedstat); its ``rate()`` over the CPU seconds' is how
       contended the cores are. Absent where the kernel has no schedstat.
     - ``turboinfer_gpu_utilisation_ratio`` per GPU (NVML's SM activity, 0-1) and its
-      memory in use and in all; the families are empty without NVML or a GPU.
+      memory in use and in all, and ``turboinfer_gpu_process_allocated_bytes``, what
+      this process's torch tensors hold on each GPU; the families are empty unless a
+      served version runs on a GPU (a GPU idle beside a CPU model is not the server's).
     """
 
     def __init__(self, metrics: Metrics, gpus: GpuSampler | None = None) -> None:
@@ -321,6 +339,15 @@ class GoldenCollector(Collector):
                               labels=gpu),
             GaugeMetricFamily(f"{PREFIX}_gpu_memory_total_bytes", "GPU memory in all",
                               labels=gpu))
+        process = GaugeMetricFamily(f"{PREFIX}_gpu_process_allocated_bytes",
+                                    "GPU memory held by this process's torch tensors",
+                                    labels=("gpu",))
+        if not self._metrics.serves_on_gpu:
+            yield from (*families, process)
+            return
+        for index, allocated in torch_allocated():
+            process.add_metric([str(index)], allocated)
+        yield process
         for sample in self._gpus.sample():
             labels = [str(sample.index), sample.name]
             for family, value in zip(families, (sample.utilisation, sample.memory_used_bytes,

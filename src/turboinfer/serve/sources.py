@@ -7,12 +7,12 @@ a version is (a ``ModelArtifact``). Both may block, so callers run them on a thr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from turboinfer.engines import ModelArtifact
-from turboinfer.errors import ConfigError
+from turboinfer.errors import ConfigError, UnknownModelError
 from turboinfer.models import resolve_model
 from turboinfer.serve.config import CONFIG_FILE, DynamicBatching, ModelConfig, load_config
 
@@ -56,11 +56,23 @@ class DirectorySource:
             folders = [p for p in self.path.iterdir() if p.is_dir() and p.name.isdigit()]
         except OSError as exc:
             raise ConfigError(f"cannot read model folder {self.path}: {exc.strerror}") from None
-        versions = {int(p.name): _stamp(p / config.model_file) for p in folders}
+        # A model as code (source:) has no file per version: the folder is the version.
+        versions = {int(p.name): _stamp(p if config.source else p / config.model_file)
+                    for p in folders}
         return Snapshot(config, versions, _stamp(self.path / CONFIG_FILE))
 
     def artifact(self, version: int, config: ModelConfig) -> ModelArtifact:
-        return ModelArtifact(self.name, self.path / str(version) / config.model_file)
+        path = self.path / str(version) / config.model_file
+        if config.engine != "torch":
+            return ModelArtifact(self.name, path)
+        # The torch engine runs the module; resolve_model builds it (and the cached ONNX
+        # export that names its tensors) from the source or the version's torch file.
+        if config.source is None and not path.exists():
+            raise UnknownModelError(f"model file not found: {path} (engine torch reads a "
+                                    ".pt2, a TorchScript .pt or a Hugging Face folder, or "
+                                    "a source: in config.yaml)")
+        resolved = resolve_model(config.source or str(path)).artifact
+        return replace(resolved, name=self.name)
 
 
 # Built-in models batch opportunistically: no queue delay, so a lone client pays nothing,

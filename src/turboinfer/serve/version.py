@@ -22,7 +22,8 @@ from turboinfer.serve.instances import InstancePool, InstanceSettings
 from turboinfer.serve.metrics import Metrics, VersionStats, weight_bytes
 from turboinfer.serve.protocol import InferRequest, check_requested_outputs, datatype_of
 
-PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino"}
+PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
+             "torch": "pytorch_libtorch"}
 
 
 def batching_settings(config: ModelConfig) -> BatchingSettings:
@@ -43,7 +44,8 @@ def batching_settings(config: ModelConfig) -> BatchingSettings:
 
 def instance_settings(config: ModelConfig) -> InstanceSettings:
     return InstanceSettings(count=config.instances, engine=config.engine,
-                            engine_settings=config.engine_settings.to_settings())
+                            engine_settings=config.engine_settings.to_settings(
+                                config.max_batch_size))
 
 
 class ServedVersion:
@@ -71,7 +73,8 @@ class ServedVersion:
         try:
             stats = metrics.for_version(name, str(version),
                                         max_batch_size=config.max_batch_size,
-                                        weight_bytes=weight_bytes(artifact.onnx_path))
+                                        weight_bytes=weight_bytes(artifact.onnx_path),
+                                        on_gpu=config.engine_settings.on_gpu)
             served = cls(name, version, config, pool, stats)
             await served.warm_up()
             metrics.serving(stats)

@@ -1,5 +1,6 @@
 """GPU rules, read from the server's NVML gauges over the window (turboinfer exports
-them when NVML sees a GPU). Without a GPU they say so and judge nothing."""
+them while it serves a model on a GPU and NVML sees one). They judge only a model served
+on a GPU: a CPU model beside an idle GPU is skipped, not passed."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from turboinfer.doctor.server import GpuUse, ServerWindow
 LOW_UTILISATION = 0.30     # share of the window a kernel ran, the seeds' threshold
 FULL_MEMORY = 0.90         # of the GPU's memory in use at the window's peak
 NO_SERVER_GPU = ("the server reports no GPU (no turboinfer_gpu_* samples on /metrics: "
-                 "no NVML, no driver or no GPU on its host)")
+                 "no model served on a GPU, or no NVML, driver or GPU on its host)")
 
 
 def _server_gpus(inputs: Inputs, rule: str) -> tuple[ServerWindow, tuple[GpuUse, ...]] | Skip:
     hardware, server = inputs.hardware, inputs.server
     if server is not None:
+        if server.on_gpu is False:
+            return Skip(rule, f"{server.model} is served on the CPU (its instance group is "
+                              "KIND_CPU): GPU use is judged for a model served on a GPU")
         return (server, server.gpus) if server.gpus else Skip(rule, NO_SERVER_GPU)
     if hardware is None or not hardware.gpus:
         return Skip(rule, "no GPU found through NVML")

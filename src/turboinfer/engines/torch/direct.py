@@ -1,0 +1,25 @@
+"""The plain path: numpy arrays in, the forward on the device, numpy arrays out. On the
+CPU ``torch.from_numpy`` shares the request's memory, so nothing is staged or copied on
+the way in."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from turboinfer.engines.torch.forms import Forward
+
+
+class DirectRunner:
+    def __init__(self, forward: Forward, device: torch.device) -> None:
+        self._forward = forward
+        self._cpu = device.type == "cpu"
+        self._device = device
+
+    def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        args = [torch.from_numpy(a) for a in arrays]
+        if not self._cpu:
+            args = [a.to(self._device) for a in args]
+        with torch.inference_mode():
+            outputs = self._forward(args)
+        return [np.ascontiguousarray(o.cpu().numpy()) for o in outputs]
