@@ -42,6 +42,13 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     evaluation.add_argument("--metric", choices=METRICS,
                             help="metric over the labels (default: inferred from the labels "
                                  "and the output)")
+    qat = parser.add_argument_group("quantization-aware training (--variants ...,qat)")
+    qat.add_argument("--train-data", type=Path, metavar="PATH",
+                     help=".npz or folder of .npy (inputs by name, plus labels for a "
+                          "supervised loss); default: a built-in's training split, else the "
+                          "calibration samples distilled from the float model")
+    qat.add_argument("--qat-epochs", type=positive_int, default=None,
+                     help="passes over the training data (default: 10)")
 
 
 def data_keywords(args: argparse.Namespace) -> dict[str, Any]:
@@ -53,4 +60,5 @@ def data_keywords(args: argparse.Namespace) -> dict[str, Any]:
                      std=tuple(args.std))
     return {"calib_data": args.calib_data, "calib_images": args.calib_images,
             "image_prep": prep, "synthetic_calib": args.synthetic_calib or None,
-            "eval_data": args.eval_data, "metric": args.metric}
+            "eval_data": args.eval_data, "metric": args.metric,
+            "train_data": args.train_data, "qat_epochs": args.qat_epochs}

@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     parser.add_argument("--variants", type=comma_list(str),
                         default=VARIANTS,
-                        help="comma list of graph, fp16, int8-dynamic, int8-static, int4")
+                        help="comma list of graph, fp16, int8-dynamic, int8-static, int4, qat "
+                             "(quantization-aware training: asked for only)")
     parser.add_argument("--calibration", type=comma_list(str),
                         default=CALIBRATIONS,
                         help="comma list of minmax, entropy, percentile (int8-static)")

@@ -20,11 +20,12 @@ from turboinfer.models import digits
 from turboinfer.models.weights import cached_state_dict
 from turboinfer.models.zoo import ZooEntry
 
-VERSION = "1"
+VERSION = "3"
 # Scales of the channels between depthwise and pointwise convs, log-uniform over this
 # range (seeded): the largest channel sets a per-tensor activation range the smallest
-# ones cannot use.
-CHANNEL_SCALE_RANGE = (1.0, 200.0)
+# ones cannot use. At 1-500 MinMax, Entropy and Percentile INT8 lose 50, 17 and 35 points
+# of 99.1; at 1-200 Entropy kept within 0.25 points.
+CHANNEL_SCALE_RANGE = (1.0, 500.0)
 
 
 def _block(channels: int, out: int) -> nn.Sequential:
@@ -43,10 +44,11 @@ class DigitsDSConv(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1, bias=False),
-                                  nn.BatchNorm2d(32), nn.ReLU())
-        self.blocks = nn.Sequential(_block(32, 64), _block(64, 64), _block(64, 64))
-        self.classifier = nn.Linear(64, 10)
+        # Wide enough that INT8 pays on a CPU (at 32-64 channels QDQ cost more than it saved).
+        self.stem = nn.Sequential(nn.Conv2d(1, 64, 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(64), nn.ReLU())
+        self.blocks = nn.Sequential(_block(64, 128), _block(128, 256), _block(256, 256))
+        self.classifier = nn.Linear(256, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.blocks(self.stem(x)).mean(dim=(2, 3)))

@@ -115,6 +115,8 @@ def tune(
     prune: float | None = None,
     prune_epochs: int | None = None,
     write_on_slo_miss: bool = False,
+    train_data: str | Path | None = None,
+    qat_epochs: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> TuneReport:
     """Find the highest-throughput configuration of ``model`` whose p99 meets
@@ -126,14 +128,18 @@ def tune(
     quantized variants as candidates, judged against the unpruned FP32 metric;
     ``prune_epochs`` sets its distillation epochs. When no candidate meets the SLO nothing
     is written unless ``write_on_slo_miss``. The data keywords are those of
-    ``optimize``: with no labels the budget is checked as fidelity to FP32.
+    ``optimize``: with no labels the budget is checked as fidelity to FP32. ``qat`` in
+    ``variants`` adds a quantization-aware-trained INT8 candidate, trained on
+    ``train_data`` (or the built-in's training split, or the calibration samples) for
+    ``qat_epochs``.
     """
     # Two objects, not one: the optimizer that builds the variants never reads the SLO,
     # and the search never reads the calibration data.
     built = tune_optimize_settings(
         max_accuracy_drop=max_accuracy_drop, variants=variants, calib_data=calib_data,
         calib_count=calib_count, calib_images=calib_images, image_prep=image_prep,
-        synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric)
+        synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric,
+        train_data=train_data, qat_epochs=qat_epochs)
     search = tune_settings_from(
         slo_p99_ms=slo_p99_ms, engines=engines, batch_sizes=batch_sizes, threads=threads,
         name=name, prune=prune, prune_epochs=prune_epochs,

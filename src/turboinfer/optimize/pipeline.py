@@ -100,7 +100,8 @@ def _context(resolved: ResolvedModel, out: Path, work: Path, settings: OptimizeS
     judge, calib = judge_and_calibration(resolved, source, specs, settings,
                                          calibrate=settings.needs_calibration and bool(layers))
     ctx = Context(source, base, out, work, settings, judge, specs, layers, calib,
-                  ActivationDecision(facts.activation, facts.activation), facts.fast_fp16)
+                  ActivationDecision(facts.activation, facts.activation), facts.fast_fp16,
+                  torch_module=resolved.artifact.torch_module, entry=resolved.entry)
     if calib is not None:
         say("choosing the activation type")
         ctx = replace(ctx, activation=decide_activation(ctx, facts.activation))

@@ -29,11 +29,15 @@ class Variant(str, enum.Enum):
     # openvino is a candidate engine and int8-static is asked for.
     NNCF_INT8 = "nncf-int8"
     NNCF_ACCURACY = "nncf-accuracy"  # NNCF keeping layers in float until the budget holds
+    # Quantization-aware training: fine-tuned with fake INT8, then static INT8 (MinMax).
+    QAT = "qat"
 
 
-# What ``--variants`` offers; FP32 is always measured, MIXED follows from a budget.
-REQUESTABLE = (Variant.GRAPH, Variant.FP16, Variant.INT8_DYNAMIC, Variant.INT8_STATIC,
-               Variant.INT4)
+# What runs unless ``--variants`` says otherwise; FP32 is always measured, MIXED follows
+# from a budget. QAT trains, so it runs only when asked.
+DEFAULT_VARIANTS = (Variant.GRAPH, Variant.FP16, Variant.INT8_DYNAMIC, Variant.INT8_STATIC,
+                    Variant.INT4)
+REQUESTABLE = (*DEFAULT_VARIANTS, Variant.QAT)
 
 
 class CalibrationMethod(str, enum.Enum):
@@ -130,7 +134,7 @@ class MeasureSettings:
 
 @dataclass(frozen=True)
 class OptimizeSettings:
-    variants: tuple[Variant, ...] = REQUESTABLE
+    variants: tuple[Variant, ...] = DEFAULT_VARIANTS
     calibrations: tuple[CalibrationMethod, ...] = tuple(CalibrationMethod)
     calib_data: Path | None = None
     calib_count: int = 500
@@ -150,8 +154,14 @@ class OptimizeSettings:
     # None: take the profile's choice and verify it against the other type by timing.
     activation_type: ActivationType | None = None
     measure: MeasureSettings = MeasureSettings()
+    # QAT's training data: ``.npz`` / folder of ``.npy`` with the inputs (+ ``labels``);
+    # None: the calibration samples, distilled from the float model.
+    train_data: Path | None = None
+    qat_epochs: int = 10
 
     def __post_init__(self) -> None:
+        if self.qat_epochs < 1:
+            raise ConfigError(f"QAT epochs must be >= 1, got {self.qat_epochs}")
         unknown = [v for v in self.variants if v not in REQUESTABLE]
         if unknown:
             raise ConfigError(f"variant {unknown[0].value!r} cannot be requested")
@@ -178,7 +188,7 @@ class OptimizeSettings:
 
     @property
     def needs_calibration(self) -> bool:
-        return Variant.INT8_STATIC in self.variants
+        return Variant.INT8_STATIC in self.variants or Variant.QAT in self.variants
 
 
 # Which engine can tune which variant: ORT runs everything it wrote (contrib ops
@@ -189,7 +199,7 @@ ENGINE_VARIANTS: dict[str, frozenset[Variant]] = {
     # FP16 is left out: OpenVINO picks its own precision, and the FP32 casts that keep the
     # file's inputs FP32 take the input names in OpenVINO's reading of the graph.
     "openvino": frozenset({Variant.FP32, Variant.INT8_STATIC, Variant.MIXED, Variant.NNCF_INT8,
-                           Variant.NNCF_ACCURACY}),
+                           Variant.NNCF_ACCURACY, Variant.QAT}),
     "torch": frozenset({Variant.FP32}),
 }
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
@@ -291,7 +301,7 @@ def settings_from(variants: Sequence[str] | None = None, **fields: Any) -> Optim
     budget = values.pop("max_accuracy_drop", None)
     if budget is not None:
         values["budget"] = AccuracyBudget.parse(str(budget))
-    for key in ("calib_data", "calib_images"):
+    for key in ("calib_data", "calib_images", "train_data"):
         if key in values:
             values[key] = Path(values[key])
     if "eval_data" in values:

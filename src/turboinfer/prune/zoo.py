@@ -100,6 +100,7 @@ def recombined(texts: tuple[str, ...], count: int, seed: int) -> tuple[str, ...]
 
 TRAIN_DATA: dict[str, Callable[[Path | None, int, int], TrainData]] = {
     "digits-cnn": _digits,
+    "digits-dsconv": _digits,
     "resnet18": _resnet("resnet18"),
     "resnet50": _resnet("resnet50"),
     "minilm": _minilm,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turboinfer.engines.base import TensorSpec
+from turboinfer.models.zoo import ZooEntry
 from turboinfer.optimize.builders.quantize import StaticQuant, quantize_int8_static
 from turboinfer.optimize.data.calibration import CalibrationSet, compute_ranges
 from turboinfer.optimize.judge.measure import Judge
@@ -31,19 +32,24 @@ class Context:
     calib: CalibrationSet | None = None
     activation: ActivationDecision | None = None
     fast_fp16: bool = False
-
-    def ranges(self, method: CalibrationMethod) -> Path:
-        """The cached ranges of ``method``, computed on first use."""
-        cache = self.work / f"ranges-{method.value}.json"
+    # The model's PyTorch form where it has one (built-ins, sources): what QAT trains.
+    torch_module: object | None = None  # Callable[[], torch.nn.Module]
+    entry: ZooEntry | None = None
+    def ranges(self, method: CalibrationMethod, base: Path | None = None) -> Path:
+        """The cached ranges of ``method`` on ``base`` (the prepared model by default),
+        computed on first use."""
+        base = base or self.base
+        stem = "" if base == self.base else f"{base.stem}-"
+        cache = self.work / f"ranges-{stem}{method.value}.json"
         if not cache.is_file():
             if self.calib is None:
                 raise RuntimeError("static quantization without calibration data")
-            compute_ranges(self.base, self.calib, method, self.settings, self.specs, cache)
+            compute_ranges(base, self.calib, method, self.settings, self.specs, cache)
         return cache
 
     def static(self, method: CalibrationMethod, dst: Path,
-               exclude: tuple[str, ...] = ()) -> Path:
+               exclude: tuple[str, ...] = (), base: Path | None = None) -> Path:
         if self.activation is None:
             raise RuntimeError("static quantization before the activation type is decided")
-        quant = StaticQuant(method, self.ranges(method), self.activation.chosen, exclude)
-        return quantize_int8_static(self.base, dst, quant)
+        quant = StaticQuant(method, self.ranges(method, base), self.activation.chosen, exclude)
+        return quantize_int8_static(base or self.base, dst, quant)

@@ -14,6 +14,7 @@ import onnx
 from turboinfer.optimize.builders.context import Context
 from turboinfer.optimize.builders.fp16 import convert_fp16
 from turboinfer.optimize.builders.graph import optimize_graph
+from turboinfer.optimize.builders.qat import build_qat
 from turboinfer.optimize.builders.quantize import (
     INT4_MIN_MATMUL_WEIGHTS,
     matmul_weight_elements,
@@ -87,4 +88,5 @@ BUILDERS: dict[Variant, Builder] = {
     Variant.INT8_DYNAMIC: build_int8_dynamic,
     Variant.INT8_STATIC: build_int8_static,
     Variant.INT4: build_int4,
+    Variant.QAT: build_qat,
 }
