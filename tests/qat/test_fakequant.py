@@ -113,3 +113,12 @@ def test_the_spread_model_computes_what_it_was_trained_to(name: str) -> None:
     with torch.no_grad():
         predicted = model(torch.from_numpy(split.test_x)).argmax(-1).numpy()
     assert (predicted == split.test_y).mean() > 0.97
+
+
+def test_a_time_budget_stops_training_after_the_batch_that_spends_it() -> None:
+    torch.set_num_threads(1)
+    model = get_entry("digits-cnn").build()
+    split = digits.data()
+    data = TrainData({"input": split.train_x[:256]}, split.train_y[:256], batch_size=64)
+    result = qat_finetune(model, data, QATSettings(epochs=5, calib_batches=1, minutes=1e-6))
+    assert len(result.losses) == 1

@@ -49,6 +49,8 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
                           "calibration samples distilled from the float model")
     qat.add_argument("--qat-epochs", type=positive_int, default=None,
                      help="passes over the training data (default: 10)")
+    qat.add_argument("--qat-minutes", type=float, default=None, metavar="M",
+                     help="time budget of QAT's training: it stops when M minutes are spent")
 
 
 def data_keywords(args: argparse.Namespace) -> dict[str, Any]:
@@ -61,4 +63,5 @@ def data_keywords(args: argparse.Namespace) -> dict[str, Any]:
     return {"calib_data": args.calib_data, "calib_images": args.calib_images,
             "image_prep": prep, "synthetic_calib": args.synthetic_calib or None,
             "eval_data": args.eval_data, "metric": args.metric,
-            "train_data": args.train_data, "qat_epochs": args.qat_epochs}
+            "train_data": args.train_data, "qat_epochs": args.qat_epochs,
+            "qat_minutes": args.qat_minutes}

@@ -117,6 +117,7 @@ def tune(
     write_on_slo_miss: bool = False,
     train_data: str | Path | None = None,
     qat_epochs: int | None = None,
+    qat_minutes: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> TuneReport:
     """Find the highest-throughput configuration of ``model`` whose p99 meets
@@ -139,7 +140,7 @@ def tune(
         max_accuracy_drop=max_accuracy_drop, variants=variants, calib_data=calib_data,
         calib_count=calib_count, calib_images=calib_images, image_prep=image_prep,
         synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric,
-        train_data=train_data, qat_epochs=qat_epochs)
+        train_data=train_data, qat_epochs=qat_epochs, qat_minutes=qat_minutes)
     search = tune_settings_from(
         slo_p99_ms=slo_p99_ms, engines=engines, batch_sizes=batch_sizes, threads=threads,
         name=name, prune=prune, prune_epochs=prune_epochs,

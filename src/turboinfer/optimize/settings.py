@@ -158,10 +158,13 @@ class OptimizeSettings:
     # None: the calibration samples, distilled from the float model.
     train_data: Path | None = None
     qat_epochs: int = 10
+    qat_minutes: float | None = None  # a time budget for QAT's training
 
     def __post_init__(self) -> None:
         if self.qat_epochs < 1:
             raise ConfigError(f"QAT epochs must be >= 1, got {self.qat_epochs}")
+        if self.qat_minutes is not None and self.qat_minutes <= 0:
+            raise ConfigError(f"--qat-minutes must be > 0, got {self.qat_minutes}")
         unknown = [v for v in self.variants if v not in REQUESTABLE]
         if unknown:
             raise ConfigError(f"variant {unknown[0].value!r} cannot be requested")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 
@@ -112,6 +113,7 @@ def distill(
     taps: Sequence[str] = (),
     freeze_norms: bool = False,
     lr_scale: Mapping[str, float] | None = None,
+    deadline: float | None = None,
 ) -> list[float]:
     """Train ``student`` toward ``teacher`` for ``settings.epochs``; mean loss per epoch.
 
@@ -121,7 +123,8 @@ def distill(
     ``settings.feature_weight``. ``freeze_norms`` keeps BatchNorm on its running
     statistics (quantization-aware training: the engine folds them into the convs).
     ``lr_scale`` multiplies the learning rate of the parameters whose names start with
-    a key (quantization ranges learn faster than weights).
+    a key (quantization ranges learn faster than weights). Training stops at the
+    first batch that ends after ``deadline`` (``time.monotonic()``), a time budget.
     """
     if settings.epochs == 0:
         return []
@@ -158,9 +161,12 @@ def distill(
         for _ in range(settings.epochs):
             on_batch = [f for f in (step_lr, after_update) if f is not None]
             history.append(_epoch(student, data, batch_loss, optimizer, on_batch,
-                                  dropout=dropout, freeze_norms=freeze_norms))
+                                  dropout=dropout, freeze_norms=freeze_norms,
+                                  deadline=deadline))
             if step_lr is None:
                 schedule.step()
+            if deadline is not None and time.monotonic() >= deadline:
+                break
     student.eval()
     return history
 
@@ -190,6 +196,7 @@ def _epoch(
     *,
     dropout: bool,
     freeze_norms: bool = False,
+    deadline: float | None = None,
 ) -> float:
     """One pass over ``data``; the mean loss. ``on_batch`` runs after every update."""
     student.train()
@@ -207,4 +214,6 @@ def _epoch(
         for hook in on_batch:
             hook()
         total, count = total + loss.item(), count + 1
+        if deadline is not None and time.monotonic() >= deadline:
+            break
     return total / max(count, 1)

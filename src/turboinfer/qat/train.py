@@ -8,6 +8,7 @@ stays on its running statistics, as the deployed graph folds them.
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -34,10 +35,13 @@ class QATSettings:
     # The ranges are log factors; at the weights' rate they hardly move in a few epochs.
     # On digits-dsconv (10 epochs) x20 left INT8 1.1 points below FP32, x100 0.22.
     range_lr_scale: float = 100.0
+    minutes: float | None = None  # a time budget: training stops when it is spent
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.calib_batches < 1:
             raise ConfigError("QAT epochs and calibration batches must be >= 1")
+        if self.minutes is not None and self.minutes <= 0:
+            raise ConfigError(f"QAT minutes must be > 0, got {self.minutes}")
         if self.lr <= 0:
             raise ConfigError(f"QAT learning rate must be > 0, got {self.lr}")
 
@@ -61,7 +65,9 @@ def qat_finetune(model: nn.Module, data: TrainData, settings: QATSettings) -> QA
                                        objective=settings.objective, weight_decay=0.0)
     with fake_quantized(student, ranges) as quantizers:
         losses = distill(student, teacher, data, distill_settings, freeze_norms=True,
-                         lr_scale={f"{QUANTIZERS}.": settings.range_lr_scale})
+                         lr_scale={f"{QUANTIZERS}.": settings.range_lr_scale},
+                         deadline=None if settings.minutes is None
+                         else time.monotonic() + 60 * settings.minutes)
         bounds = {name: quantizer.bounds() for name, quantizer in quantizers.items()}
     bake_ranges(student, bounds)
     return QATResult(student.eval(), ranges, bounds, losses)

@@ -53,6 +53,7 @@ def build_qat(ctx: Context) -> list[Built]:
         output = module.eval()(*first)
     logits = isinstance(output, torch.Tensor) and output.ndim == 2 and output.shape[1] >= 2
     settings = QATSettings(epochs=ctx.settings.qat_epochs, seed=0,
+                           minutes=ctx.settings.qat_minutes,
                            objective=Objective.LOGITS if logits else Objective.EMBEDDING)
     started = time.perf_counter()
     result = qat_finetune(module, data, settings)
@@ -61,6 +62,7 @@ def build_qat(ctx: Context) -> list[Built]:
     base = prepare(trained, ctx.work / "qat-base.onnx")
     path = ctx.static(CalibrationMethod.MINMAX, ctx.out / "qat.onnx", base=base)
     details = {"training_data": source, "epochs": settings.epochs, "lr": settings.lr,
+               "epochs_run": len(result.losses), "minutes": settings.minutes,
                "train_seconds": round(seconds, 1),
                "loss_per_epoch": [round(x, 4) for x in result.losses],
                "ranges_trained": len(result.ranges_after),
