@@ -77,48 +77,55 @@ def quantized_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(name, m) for name, m in model.named_modules() if isinstance(m, QUANTIZED)]
 
 
-# Shares of the observed range tried as the starting clip (the squared error decides).
+# Shares of the observed range tried as each layer's starting clip.
 CLIP_SHARES = (1.0, 0.8, 0.6, 0.45, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05)
-SAMPLE = 200_000  # activation values kept per layer to choose the start
 
 
 @torch.no_grad()
 def observe_inputs(model: nn.Module, batches: Iterable[tuple[torch.Tensor, ...]]
                    ) -> dict[str, tuple[float, float]]:
-    """Each quantized layer's starting input range: the share of its observed range
-    whose 8-bit quantization has the least squared error over ``batches``.
+    """Each quantized layer's starting input range, chosen by what it does to the output.
 
-    MinMax is the first candidate; a few outliers that stretch a per-tensor range (the
-    reason post-training calibration fails) then give way to a clip, as Entropy and
-    Percentile calibration do, and training moves the ends from there.
+    The observed min and max (MinMax) are the first candidate; for each layer alone, the
+    share of that range whose 8-bit quantization moves the model's output least (squared
+    error against the float output, on ``batches``) is kept. A few large channels that
+    stretch a per-tensor range (why post-training calibration fails) then give way to a
+    clip where the output says so, and training moves the ends from there. A squared
+    error on the activations themselves would keep the large values and lose the rest.
     """
-    seen: dict[str, list[torch.Tensor]] = {}
+    batches = list(batches)
+    model.eval()
+    observed: dict[str, tuple[float, float]] = {}
     handles = []
     for name, layer in quantized_layers(model):
         def record(_: nn.Module, args: tuple[torch.Tensor, ...], name: str = name) -> None:
-            seen.setdefault(name, []).append(args[0].detach().flatten())
+            low, high = float(args[0].min()), float(args[0].max())
+            old = observed.get(name, (low, high))
+            observed[name] = (min(old[0], low, 0.0), max(old[1], high))
         handles.append(layer.register_forward_pre_hook(record))
     try:
-        model.eval()
-        for inputs in batches:
-            model(*inputs)
+        reference = [model(*inputs) for inputs in batches]
     finally:
         for handle in handles:
             handle.remove()
-    return {name: _best_clip(torch.cat(values)) for name, values in seen.items()}
+    layers = dict(quantized_layers(model))
+    return {name: _best_clip(model, layers[name], batches, reference, low, high)
+            for name, (low, high) in observed.items()}
 
 
-def _best_clip(values: torch.Tensor) -> tuple[float, float]:
-    if values.numel() > SAMPLE:
-        values = values[torch.randperm(values.numel(), generator=torch.Generator()
-                                       .manual_seed(0))[:SAMPLE]]
-    low, high = min(float(values.min()), 0.0), max(float(values.max()), 1e-6)
-    best, chosen = float("inf"), (low, high)
+def _best_clip(model: nn.Module, layer: nn.Module, batches: list[tuple[torch.Tensor, ...]],
+               reference: list[torch.Tensor], low: float, high: float) -> tuple[float, float]:
+    best, chosen = float("inf"), (low, max(high, 1e-6))
     for share in CLIP_SHARES:
-        quant = ActivationFakeQuant(low * share, high * share)
-        error = float((quant(values) - values).pow(2).mean())
+        bounds = (low * share, max(high * share, 1e-6))
+        handle = layer.register_forward_pre_hook(_apply(ActivationFakeQuant(*bounds)))
+        try:
+            error = sum(float((model(*inputs) - ref).pow(2).mean())
+                        for inputs, ref in zip(batches, reference, strict=True))
+        finally:
+            handle.remove()
         if error < best:
-            best, chosen = error, (low * share, high * share)
+            best, chosen = error, bounds
     return chosen
 
 
