@@ -87,6 +87,22 @@ def time_runs(run: RunFn, feeds: Mapping[str, np.ndarray], *, min_runs: int,
         start = end
 
 
+def time_session(session: Session, feeds: Mapping[str, np.ndarray], *, min_runs: int,
+                 min_seconds: float, warmup_runs: int) -> list[int]:
+    """``time_runs`` on the session's own clock: CUDA events on its stream for a session
+    that runs on a GPU stream (``cuda_stream``), the host's perf counter otherwise. Every
+    timing of a session (bench, optimize, tune) goes through here, so a device's clock
+    changes in one place."""
+    stream = getattr(session, "cuda_stream", None)
+    if stream is None:
+        return time_runs(session.run, feeds, min_runs=min_runs, min_seconds=min_seconds,
+                         warmup_runs=warmup_runs)
+    from turboinfer.bench.cuda_clock import time_runs_cuda  # torch: only for a GPU session
+
+    return time_runs_cuda(session.run, feeds, stream, min_runs=min_runs,
+                          min_seconds=min_seconds, warmup_runs=warmup_runs)
+
+
 def feeds_for(model: ResolvedModel, session: Session, batch_size: int,
               input_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     if model.entry is not None and not input_shapes:
@@ -105,9 +121,9 @@ def measure(engine: str, session: Session, feeds: Mapping[str, np.ndarray], batc
             config: BenchConfig) -> BenchResult:
     """Time ``session`` on ``feeds`` (already known to run) with its peak memory."""
     with PeakRss() as memory:
-        durations = time_runs(session.run, feeds, min_runs=config.min_runs,
-                              min_seconds=config.min_seconds,
-                              warmup_runs=config.warmup_runs)
+        durations = time_session(session, feeds, min_runs=config.min_runs,
+                                 min_seconds=config.min_seconds,
+                                 warmup_runs=config.warmup_runs)
     stats = summarize_ns(durations)
     return BenchResult(engine, batch_size, stats, batch_size * 1000.0 / stats.mean_ms,
                        memory.peak_mb)

@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model repository folder (REPO/<name>/config.yaml, 1/model.onnx)")
     parser.add_argument("--engines", type=comma_list(str),
                         help="comma list of onnxruntime, openvino, torch (default: installed)")
+    parser.add_argument("--devices", type=comma_list(str), metavar="LIST",
+                        help="comma list of cpu, cuda, or auto (default: auto, cuda too "
+                             "when torch sees a GPU): the devices candidates run on")
     parser.add_argument("--variants", type=comma_list(str),
                         help="comma list (default: graph,fp16,int8-dynamic,int8-static,int4)")
     parser.add_argument("--batch-sizes", type=comma_list(positive_int),
@@ -61,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     with ProgressDisplay() as display:
         report = tune(args.model, args.output, slo_p99_ms=args.slo_p99_ms,
                       max_accuracy_drop=args.max_accuracy_drop, engines=args.engines,
+                      devices=args.devices,
                       variants=args.variants,
                       calib_count=args.calib_count, batch_sizes=args.batch_sizes,
                       threads=args.threads, name=args.name,

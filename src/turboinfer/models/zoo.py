@@ -98,5 +98,11 @@ def get_entry(name: str) -> ZooEntry:
         raise UnknownModelError(f"unknown builtin model {name!r}; known: {known}") from None
 
 
+def shipped(name: str) -> bool:
+    """A built-in of the package itself (not one a test added): another process, a
+    server, finds it by name."""
+    return name in _TABLE
+
+
 def names() -> list[str]:
     return sorted(set(_TABLE) | set(ZOO))

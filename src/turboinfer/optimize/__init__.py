@@ -101,6 +101,7 @@ def tune(
     slo_p99_ms: float,
     max_accuracy_drop: str | float,
     engines: Sequence[str] | None = None,
+    devices: Sequence[str] | str | None = None,
     variants: Sequence[str] | None = None,
     calib_data: str | Path | None = None,
     calib_count: int | None = None,
@@ -125,6 +126,10 @@ def tune(
     to ``repo/<name>/`` (config.yaml and 1/model.onnx). Returns the ``TuneReport``; its
     report.json and report.html are in ``repo/<name>/tune/``.
 
+    ``devices`` (cpu, cuda; default auto: cuda too when torch sees a GPU) are where the
+    candidates run: on a GPU the torch engine in TF32/FP16/BF16 with CUDA graphs and ONNX
+    Runtime's GPU providers, each judged under the budget on the device; the entry
+    written says where it runs (``engine_settings.device``, ``precision``, ...).
     ``prune`` (a sparsity in (0, 1), built-in models only) adds the pruned model and its
     quantized variants as candidates, judged against the unpruned FP32 metric;
     ``prune_epochs`` sets its distillation epochs. When no candidate meets the SLO nothing
@@ -142,7 +147,8 @@ def tune(
         synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric,
         train_data=train_data, qat_epochs=qat_epochs, qat_minutes=qat_minutes)
     search = tune_settings_from(
-        slo_p99_ms=slo_p99_ms, engines=engines, batch_sizes=batch_sizes, threads=threads,
+        slo_p99_ms=slo_p99_ms, engines=engines, devices=devices, batch_sizes=batch_sizes,
+        threads=threads,
         name=name, prune=prune, prune_epochs=prune_epochs,
         write_on_slo_miss=write_on_slo_miss)
     return run_tune(model, Path(repo), built, search, progress)

@@ -206,6 +206,7 @@ ENGINE_VARIANTS: dict[str, frozenset[Variant]] = {
     "torch": frozenset({Variant.FP32}),
 }
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+TUNE_DEVICES = ("cpu", "cuda")  # what --devices names; the forms on each: search/devices.py
 # Tune times many candidates x batch sizes, so each point gets a short, fixed budget
 # (``TUNE_POINT_SECONDS``, at least ``min_runs`` runs) split over interleaved rounds
 # (``TUNE_ROUNDS``) so that noise shows as a spread.
@@ -237,6 +238,8 @@ class TuneSettings:
 
     slo_p99_ms: float
     engines: tuple[str, ...] = ()  # empty: every installed engine
+    # cpu and/or cuda; empty: auto (cuda too when torch sees a GPU; search/devices.py)
+    devices: tuple[str, ...] = ()
     threads: tuple[int, ...] = ()  # empty: 1 and every usable core
     batch_sizes: tuple[int, ...] = BATCH_SIZES
     name: str | None = None  # repository entry name; default: the model's name
@@ -259,9 +262,14 @@ class TuneSettings:
         if unknown:
             raise ConfigError(f"unknown engine {unknown[0]!r}; known: "
                               f"{', '.join(ENGINE_VARIANTS)}")
+        odd = [d for d in self.devices if d not in TUNE_DEVICES]
+        if odd:
+            raise ConfigError(f"unknown device {odd[0]!r}; choose from "
+                              f"{', '.join(TUNE_DEVICES)} or auto")
 
 
 def tune_settings_from(*, slo_p99_ms: float, engines: Sequence[str] | None = None,
+                       devices: Sequence[str] | str | None = None,
                        batch_sizes: Sequence[int] | None = None,
                        threads: Sequence[int] | None = None, name: str | None = None,
                        prune: float | None = None, prune_epochs: int | None = None,
@@ -269,10 +277,21 @@ def tune_settings_from(*, slo_p99_ms: float, engines: Sequence[str] | None = Non
     """The search's settings from the API keywords of ``tune``; None keeps a default."""
     return TuneSettings(
         slo_p99_ms=float(slo_p99_ms), engines=tuple(engines or ()),
-        threads=tuple(threads or ()),
+        devices=parse_devices(devices), threads=tuple(threads or ()),
         batch_sizes=BATCH_SIZES if batch_sizes is None else tuple(batch_sizes), name=name,
         prune=None if prune is None else PruneRequest(float(prune), prune_epochs),
         write_on_slo_miss=write_on_slo_miss)
+
+
+def parse_devices(devices: Sequence[str] | str | None) -> tuple[str, ...]:
+    """``--devices``: a comma list or sequence of cpu, cuda; None or ``auto``: ()."""
+    names = devices.split(",") if isinstance(devices, str) else list(devices or ())
+    names = [n.strip().lower() for n in names if n.strip()]
+    if names == ["auto"]:
+        return ()
+    if "auto" in names:
+        raise ConfigError("--devices auto stands alone; or list the devices (cpu,cuda)")
+    return tuple(dict.fromkeys(names))
 
 
 def tune_optimize_settings(*, max_accuracy_drop: str | float,

@@ -271,3 +271,26 @@ def write_entry(repo: Path, name: str, model_file: Path, config: ModelConfig,
     except OSError as exc:
         raise ConfigError(f"cannot write repository entry {model_dir}: {exc.strerror}") from None
     return final
+
+
+def write_source_entry(repo: Path, name: str, config: ModelConfig,
+                       version: int | None = None) -> Path:
+    """A model as code (``config.source``, engine torch) as a version of ``name``: the
+    config and an empty version folder, made under a hidden name and renamed last, as
+    ``write_entry`` does. Returns the version folder."""
+    if config.source is None:
+        raise ConfigError("an entry without a model file needs source: (engine torch)")
+    model_dir = repo / name
+    try:
+        model_dir.mkdir(parents=True, exist_ok=True)
+        existing = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+        number = version if version is not None else max(existing, default=0) + 1
+        final = model_dir / str(number)
+        staging = Path(tempfile.mkdtemp(prefix=f".{number}-", dir=model_dir))
+        dump_config(config, model_dir / CONFIG_FILE)
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+    except OSError as exc:
+        raise ConfigError(f"cannot write repository entry {model_dir}: {exc.strerror}") from None
+    return final

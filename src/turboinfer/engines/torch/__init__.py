@@ -84,7 +84,7 @@ def _build(module: torch.nn.Module, form: Form, settings: EngineSettings,
         use_tf32(settings.precision)
     forward = make_forward(prepare(module, form, device), form, inputs)
     if device.type != "cuda":
-        runner = DirectRunner(forward, device)
+        runner = DirectRunner(forward, device, settings.intra_op_threads)
         if form.compile is not CompileMode.NONE:
             _compile_on_cpu(runner, inputs, settings.max_batch_size)
         return runner

@@ -27,6 +27,12 @@ class TorchSession(SpecsSession):
         self._dtypes = [spec.dtype for spec in inputs]
         self._output_names = [spec.name for spec in outputs]
 
+    @property
+    def cuda_stream(self) -> torch.cuda.Stream | None:
+        """The instance's own CUDA stream (None on the CPU): timers put their CUDA events
+        on it (``bench.latency.time_session``)."""
+        return getattr(self.runner, "stream", None)
+
     def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
         try:
             arrays = [np.asarray(feeds[name]) for name in self._names]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from turboinfer.bench.inputs import random_feeds
-from turboinfer.bench.latency import time_runs
+from turboinfer.bench.latency import time_session
 from turboinfer.bench.stats import LatencyStats, summarize_ns
 from turboinfer.engines import EngineSettings, ModelArtifact, Session, load_session
 from turboinfer.errors import TurboinferError
@@ -81,9 +81,9 @@ def latency_of(path: Path, judge: Judge, engine_settings: EngineSettings | None 
     """p50/p99 at batch 1 on the judge's engine with default (or given) settings."""
     session = open_session(path, judge.settings.engine, engine_settings)
     feeds = batch1_feeds(session, judge)
-    durations = time_runs(session.run, feeds, min_runs=judge.settings.min_runs,
-                          min_seconds=judge.settings.min_seconds,
-                          warmup_runs=judge.settings.warmup_runs)
+    durations = time_session(session, feeds, min_runs=judge.settings.min_runs,
+                             min_seconds=judge.settings.min_seconds,
+                             warmup_runs=judge.settings.warmup_runs)
     return summarize_ns(durations)
 
 
@@ -99,9 +99,10 @@ def interleaved_p50(paths: Mapping[str, Path], judge: Judge, rounds: int = 3
     samples: dict[str, list[float]] = {key: [] for key in paths}
     for _ in range(rounds):
         for key, session in sessions.items():
-            durations = time_runs(session.run, feeds[key], min_runs=judge.settings.min_runs,
-                                  min_seconds=judge.settings.min_seconds / rounds,
-                                  warmup_runs=judge.settings.warmup_runs)
+            durations = time_session(session, feeds[key],
+                                     min_runs=judge.settings.min_runs,
+                                     min_seconds=judge.settings.min_seconds / rounds,
+                                     warmup_runs=judge.settings.warmup_runs)
             samples[key].append(summarize_ns(durations).p50_ms)
     return {key: float(np.median(values)) for key, values in samples.items()}
 

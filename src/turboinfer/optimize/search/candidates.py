@@ -1,7 +1,8 @@
-"""Tune candidates: a variant file on an engine with a thread count, and its measurements.
+"""Tune candidates: a variant file on an engine, placed on a device in a form, with a
+thread count, and its measurements.
 
-Which engine can run which variant is the table ``settings.ENGINE_VARIANTS``; which
-engines the server can run is ``SERVABLE`` here.
+Which engine can run which variant is the table ``settings.ENGINE_VARIANTS``; where and
+in which forms is ``devices.py``; which engines the server can run is ``SERVABLE`` here.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from turboinfer.optimize.search.batching import BatchingPlan, CurvePoint
+from turboinfer.optimize.search.devices import CPU, Placement
 from turboinfer.optimize.settings import Variant
 
-# Engines the model repository can name (``serve.config.ModelConfig.engine``).
-SERVABLE = frozenset({"onnxruntime", "openvino"})
+# Engines the model repository can name (``serve.config.ModelConfig.engine``); the torch
+# engine only for a model whose PyTorch source the server can build (``Candidate.source``).
+SERVABLE = frozenset({"onnxruntime", "openvino", "torch"})
 
 
 @dataclass(frozen=True)
@@ -27,10 +30,17 @@ class Candidate:
     threads: int
     metric: float | None = None
     within_budget: bool | None = None
+    placement: Placement = CPU
+    source: str | None = None  # engine torch: what the entry names as its source
+
+    @property
+    def device(self) -> str:
+        return self.placement.device
 
     @property
     def label(self) -> str:
-        return f"{self.variant_name}/{self.engine}/t{self.threads}"
+        tag = self.placement.tag
+        return f"{self.variant_name}/{self.engine}{'@' + tag if tag else ''}/t{self.threads}"
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,8 @@ class Measured:
 
     @property
     def servable(self) -> bool:
-        return self.candidate.engine in SERVABLE
+        engine = self.candidate.engine
+        return engine in SERVABLE and (engine != "torch" or self.candidate.source is not None)
 
     @property
     def eligible(self) -> bool:
@@ -56,6 +67,7 @@ class Measured:
     def to_dict(self) -> dict[str, Any]:
         c = self.candidate
         return {"label": c.label, "variant": c.variant_name, "engine": c.engine,
+                "device": c.device, "placement": c.placement.to_dict(), "source": c.source,
                 "threads": c.threads, "metric": c.metric, "within_budget": c.within_budget,
                 "servable": self.servable, "eligible": self.eligible, "error": self.error,
                 "curve": [p.to_dict() for p in self.curve],

@@ -6,8 +6,9 @@ the bar. Every candidate whose throughput is not clearly below it (compared roun
 round, since all candidates are timed in the same interleaved rounds: the per-round
 ratio's interval reaches 1, or its median is under ``1 + batching.NOISE_FLOOR``) is as
 fast as far as this machine can tell, and of those the simplest wins: fewer threads,
-then a smaller batch, then the plainer variant (FP32, then graph, then FP16, then any
-quantized one), then the engine order of ``ENGINE_VARIANTS``; between equally simple ones
+then a smaller batch, then the plainer variant or precision (FP32, then graph or TF32,
+then FP16 or BF16, then any quantized one), then the engine order of ``ENGINE_VARIANTS``,
+then the device (the CPU before a GPU); between equally simple ones
 (two int8 variants on one engine) the higher median throughput. When the top two by median
 were within noise the decision records it, so a rerun that picks the other one is
 explained by the report rather than a surprise.
@@ -23,14 +24,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from turboinfer.bench.stats import Spread
+from turboinfer.engines import Precision
 from turboinfer.optimize.search.batching import NOISE_FLOOR, BatchingPlan
 from turboinfer.optimize.search.candidates import Measured
+from turboinfer.optimize.search.devices import DEVICE_ORDER
 from turboinfer.optimize.settings import ENGINE_VARIANTS, Variant
 
 # How plain a variant is; every quantized variant (int8, int4, mixed, NNCF) ranks alike.
 _PLAINNESS = {Variant.FP32: 0, Variant.GRAPH: 1, Variant.FP16: 2}
 _QUANTIZED = len(_PLAINNESS)
+# A form's precision ranks as the variant that rounds alike: TF32 beside the graph pass
+# (FP32 tensors), FP16 and BF16 beside the FP16 file.
+_PRECISION_PLAINNESS = {Precision.FP32: 0, Precision.TF32: 1, Precision.FP16: 2,
+                        Precision.BF16: 2}
 _ENGINE_ORDER = {engine: index for index, engine in enumerate(ENGINE_VARIANTS)}
+_DEVICE_ORDER = {device: index for index, device in enumerate(DEVICE_ORDER)}
 
 
 @dataclass(frozen=True)
@@ -78,11 +86,14 @@ def choose(measured: Sequence[Measured], floor: float = NOISE_FLOOR) -> Decision
     return Decision(chosen, rule, fastest, near, runner_up, top_two, floor)
 
 
-def simplicity(m: Measured) -> tuple[int, int, int, int, float, str]:
+def simplicity(m: Measured) -> tuple[int, int, int, int, int, float, str]:
     """Sort key: the simpler configuration first, the faster between equally simple."""
     c = m.candidate
-    return (c.threads, _plan(m).max_batch_size, _PLAINNESS.get(c.variant, _QUANTIZED),
-            _ENGINE_ORDER.get(c.engine, len(_ENGINE_ORDER)), -_plan(m).qps, c.label)
+    plainness = max(_PLAINNESS.get(c.variant, _QUANTIZED),
+                    _PRECISION_PLAINNESS[c.placement.precision])
+    return (c.threads, _plan(m).max_batch_size, plainness,
+            _ENGINE_ORDER.get(c.engine, len(_ENGINE_ORDER)),
+            _DEVICE_ORDER.get(c.device, len(_DEVICE_ORDER)), -_plan(m).qps, c.label)
 
 
 def annotate(measured: list[Measured], decision: Decision | None) -> list[Measured]:

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from turboinfer import charts
 
 Row = Mapping[str, Any]
-CANDIDATE_COLUMNS = ("candidate", "metric", "budget", "p50@1 ms", "p99@1 ms", "max batch",
+CANDIDATE_COLUMNS = ("candidate", "device", "metric", "budget", "p50@1 ms", "p99@1 ms", "max batch",
                      "queue delay ms", "samples/s", "plan p99 ms", "SLO", "role", "notes")
 VARIANT_COLUMNS = ("variant", "kind", "calibration", "metric", "delta", "budget",
                    "p50 ms", "p99 ms", "size MB")
@@ -53,6 +53,7 @@ def _summary(data: Mapping[str, Any]) -> str:
     machine = data.get("machine") or {}
     rows = [("model", data["model"]), ("SLO", f"p99 <= {data['slo_p99_ms']:g} ms"),
             ("accuracy budget", f"drop <= {budget_text(data)}"),
+            ("devices searched", ", ".join(data.get("devices") or ["cpu"])),
             ("chosen", chosen["label"] if chosen else "nothing chosen"),
             ("entry", data.get("entry") or "-"),
             ("machine", f"{machine.get('cpu', '?')}, "
@@ -174,7 +175,8 @@ def _candidate_row(c: Row, index: int, chosen: int | None) -> list[str]:
     budget = {True: "ok", False: "over", None: "-"}[c.get("within_budget")]
     role = "chosen" if index == chosen else "" if c.get("servable", True) else "baseline"
     notes = [*(c.get("notes") or []), *([c["error"]] if c.get("error") else [])]
-    return [charts.cell(c["label"]), charts.cell(c.get("metric")),
+    return [charts.cell(c["label"]), charts.cell(c.get("device", "cpu")),
+            charts.cell(c.get("metric")),
             charts.verdict_cell(budget),
             charts.cell(first["p50_ms"] if first else None),
             charts.cell(first["p99_ms"] if first else None),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from turboinfer.bench.latency import time_runs
+from turboinfer.bench.latency import time_session
 from turboinfer.bench.reasons import one_line, pinned_axis_hint
 from turboinfer.bench.stats import spread, summarize_ns
 from turboinfer.engines import Session
@@ -107,9 +107,10 @@ def _time_ladder(timed: Timed, windows: Windows) -> None:
     """One window per batch size, ascending, up to the first one over the SLO."""
     for point in timed.points:
         try:
-            durations = time_runs(timed.session.run, timed.feeds(point.batch_size),
-                                  min_runs=windows.runs, min_seconds=windows.seconds,
-                                  warmup_runs=windows.warmup_runs)
+            # The session's own clock: CUDA events on its stream when it runs on a GPU.
+            durations = time_session(timed.session, timed.feeds(point.batch_size),
+                                     min_runs=windows.runs, min_seconds=windows.seconds,
+                                     warmup_runs=windows.warmup_runs)
         except Exception as exc:  # an engine's own error: this candidate, not the tune
             _drop_from(timed, point, exc)
             return

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from turboinfer.engines import Precision
 from turboinfer.optimize.report import OptimizeReport, budget_dict, write_json
 from turboinfer.optimize.search.candidates import Measured
 from turboinfer.optimize.search.html import render_tune_html
@@ -16,10 +17,11 @@ from turboinfer.serve.config import (
     EngineSettingsConfig,
     ModelConfig,
     write_entry,
+    write_source_entry,
 )
 
-TABLE_COLUMNS = ("candidate", "metric", "budget", "p50@1", "p99@1", "max_batch", "delay_ms",
-                 "qps", "slo", "why")
+TABLE_COLUMNS = ("candidate", "device", "metric", "budget", "p50@1", "p99@1", "max_batch",
+                 "delay_ms", "qps", "slo", "why")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class TuneReport:
     work: Path
     elapsed_s: float
     pruning: Mapping[str, Any] | None = None  # the prune summary and its optimize report
+    devices: tuple[str, ...] = ("cpu",)  # the devices searched
+    search_notes: tuple[str, ...] = ()  # why candidates one may expect are not there
 
     @property
     def best(self) -> Measured | None:
@@ -41,7 +45,7 @@ class TuneReport:
 
     @property
     def notes(self) -> list[str]:
-        notes = list(self.optimize.notes)
+        notes = [*self.optimize.notes, *self.search_notes]
         if self.pruning is not None:
             notes.append(prune_note(self.pruning))
         best = self.best
@@ -49,7 +53,8 @@ class TuneReport:
             notes.append("no servable candidate ran: nothing was written")
         elif not best.eligible:
             notes.append(self._slo_miss_note(best))
-        elif best.candidate.variant_name == "fp32":
+        elif best.candidate.variant_name == "fp32" and best.candidate.placement.precision in (
+                Precision.FP32, Precision.TF32):
             notes.append("the FP32 model is the best configuration within the budget")
         return notes
 
@@ -76,6 +81,7 @@ class TuneReport:
         return {
             "model": self.model, "name": self.name,
             "slo_p99_ms": self.settings.slo_p99_ms,
+            "devices": list(self.devices),
             "max_accuracy_drop": {k: budget[k] for k in ("value", "relative", "text")},
             "budget_floor": budget["floor"],
             "chosen": best.to_dict() if best else None,
@@ -101,7 +107,7 @@ class TuneReport:
             first = m.curve[0] if m.curve else None
             plan = m.plan
             rows.append([
-                m.candidate.label,
+                m.candidate.label, m.candidate.device,
                 "-" if m.candidate.metric is None else round(m.candidate.metric, 3),
                 {True: "ok", False: "over", None: "-"}[m.candidate.within_budget],
                 first.p50_ms if first else "-", first.p99_ms if first else "-",
@@ -114,7 +120,7 @@ class TuneReport:
         for v in self.optimize.variants:
             if v.skipped is not None:
                 failed = v.skipped.startswith(("build failed", "engine error"))
-                rows.append([v.name, *["-"] * 8, v.skipped if failed else f"skipped: {v.skipped}"])
+                rows.append([v.name, *["-"] * 9, v.skipped if failed else f"skipped: {v.skipped}"])
         return rows
 
     def why_not(self, m: Measured) -> str:
@@ -129,6 +135,8 @@ class TuneReport:
             return ("SLO miss" if p99 is None else
                     f"SLO miss: p99 {p99:.3g} ms > {self.settings.slo_p99_ms:g} ms at batch 1")
         if not m.servable:
+            if c.engine == "torch":  # an ONNX file, a pruned model, a test's own entry
+                return "baseline: no PyTorch source the server could build it from"
             return f"baseline: {c.engine} is not served"
         return "lower throughput"
 
@@ -139,20 +147,27 @@ class TuneReport:
 
 
 def write_entry_for(repo: Path, name: str, measured: Measured) -> Path:
-    """The repository entry of the chosen candidate: its file, engine, threads, batching."""
+    """The repository entry of the chosen candidate: its file (or, on the torch engine,
+    the PyTorch source the server builds), engine, where and in which form it runs
+    (device, precision, channels_last, CUDA graphs), threads and batching."""
     plan = measured.plan
     assert plan is not None
+    candidate = measured.candidate
     batching = None
     if plan.max_batch_size > 0:
         batching = DynamicBatching(max_queue_delay_ms=plan.max_queue_delay_ms,
                                    preferred_batch_sizes=(plan.max_batch_size,))
     config = ModelConfig(
-        engine=measured.candidate.engine,  # type: ignore[arg-type]
+        engine=candidate.engine,  # type: ignore[arg-type]
+        source=candidate.source if candidate.engine == "torch" else None,
         max_batch_size=plan.max_batch_size,
         dynamic_batching=batching,
-        engine_settings=EngineSettingsConfig(intra_op_threads=measured.candidate.threads),
+        engine_settings=EngineSettingsConfig(intra_op_threads=candidate.threads,
+                                             **candidate.placement.entry_settings()),
     )
-    return write_entry(repo, name, measured.candidate.path, config)
+    if config.source is not None:  # the server builds the module: no model file
+        return write_source_entry(repo, name, config)
+    return write_entry(repo, name, candidate.path, config)
 
 
 def prune_note(summary: Mapping[str, Any]) -> str:

@@ -1,8 +1,11 @@
 """The tuner behind ``tune`` (the module is not named tune.py so that it cannot shadow
 the package's ``tune`` function once imported).
 
-Variants x engines x threads x batch sizes, under a p99 SLO and an accuracy
-budget; the winner becomes a model-repository entry with derived batching settings.
+Variants x engines x devices and forms x threads x batch sizes, under a p99 SLO and an
+accuracy budget; the winner becomes a model-repository entry with derived batching
+settings that says where it runs. The device axis (which devices, which forms on each)
+is ``devices.py``; a form's metric is measured on its device and judged under the budget
+here (``_engine_metric``), its latency timed on its device's clock (``rounds.py``).
 
 What keeps it to minutes on two cores: all int8-static calibrations are judged for
 accuracy but only the best one is benchmarked (they run at the same speed), batch
@@ -22,16 +25,21 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import onnx
+
 from turboinfer.bench.latency import feeds_for
 from turboinfer.bench.reasons import one_line
 from turboinfer.engines import (
     EngineSettings,
     ModelArtifact,
     Session,
+    Toggle,
     available_engines,
     load_session,
 )
+from turboinfer.hardware import has_fast_bf16, profile
 from turboinfer.models import ResolvedModel
+from turboinfer.models.onnx_file import input_specs
 from turboinfer.optimize.builders.nncf_variants import add_nncf_variants
 from turboinfer.optimize.builders.nncf_variants import wanted as nncf_wanted
 from turboinfer.optimize.pipeline import (
@@ -45,6 +53,13 @@ from turboinfer.optimize.report import OptimizeReport, VariantResult
 from turboinfer.optimize.search.batching import plan_batching
 from turboinfer.optimize.search.candidates import Candidate, Measured
 from turboinfer.optimize.search.choice import annotate, choose
+from turboinfer.optimize.search.devices import (
+    Search,
+    ort_gpu_devices,
+    placements,
+    resolve_devices,
+    torch_source,
+)
 from turboinfer.optimize.search.rounds import Feeds, Point, Timed, Windows, run_rounds
 from turboinfer.optimize.search.tune_prune import build_pruned, check_prunable
 from turboinfer.optimize.search.tune_report import TuneReport, write_entry_for
@@ -65,6 +80,7 @@ def run_tune(model: ModelRef, repo: Path, optimize: OptimizeSettings, settings: 
     say = progress or (lambda message: None)
     started = time.perf_counter()
     check_tune_budget(optimize)
+    search = _search(settings)  # cuda asked for on a machine without: an error, now
     resolved = resolve(model)
     if settings.prune is not None:
         check_prunable(resolved)
@@ -75,12 +91,13 @@ def run_tune(model: ModelRef, repo: Path, optimize: OptimizeSettings, settings: 
     if nncf_wanted(optimize, _engines(settings), report):
         say("building OpenVINO INT8 variants with NNCF")
         report = add_nncf_variants(resolved, report, optimize)
-    sources: list[tuple[OptimizeReport, ResolvedModel]] = [(report, resolved)]
+    source = torch_source(model, resolved)
+    sources: list[Source] = [(report, resolved, source)]
     pruned = (None if settings.prune is None else
               build_pruned(resolved, report, work, settings.prune, optimize, say))
     if pruned is not None:
-        sources.append((pruned.report, pruned.resolved))
-    measured = _measure_all(sources, report, optimize.measure, settings, say)
+        sources.append((pruned.report, pruned.resolved, None))
+    measured = _measure_all(sources, report, optimize.measure, settings, search, say)
     decision = choose(measured)
     measured = annotate(measured, decision)
     chosen = None if decision is None else decision.chosen
@@ -91,18 +108,32 @@ def run_tune(model: ModelRef, repo: Path, optimize: OptimizeSettings, settings: 
                        candidates=tuple(measured), chosen=chosen, entry=entry,
                        optimize=report, work=work,
                        elapsed_s=time.perf_counter() - started,
-                       pruning=None if pruned is None else pruned.to_dict())
+                       pruning=None if pruned is None else pruned.to_dict(),
+                       devices=search.devices,
+                       search_notes=tuple(search.notes(source is not None)))
     tuned.write()
     return tuned
 
 
-def _measure_all(sources: list[tuple[OptimizeReport, ResolvedModel]], reference: OptimizeReport,
-                 measure: MeasureSettings, settings: TuneSettings, say: Progress
-                 ) -> list[Measured]:
+# A model the candidates come from: its optimizer report, the model, and the PyTorch
+# source a torch entry would name (None: torch candidates are baselines, not served).
+Source = tuple[OptimizeReport, ResolvedModel, str | None]
+
+
+def _search(settings: TuneSettings) -> Search:
+    devices = resolve_devices(settings.devices)
+    gpu = "cuda" in devices
+    return Search(devices, torch_named="torch" in settings.engines,
+                  fast_bf16=has_fast_bf16(profile(engines=False, gpus=False)),
+                  ort_gpu=ort_gpu_devices() if gpu else ())
+
+
+def _measure_all(sources: list[Source], reference: OptimizeReport, measure: MeasureSettings,
+                 settings: TuneSettings, search: Search, say: Progress) -> list[Measured]:
     """Every candidate of every source model, judged on engines against ``reference``,
     loaded first and then timed in interleaved rounds."""
-    planned = [(c, source) for report, source in sources
-               for c in _candidates(report, source, settings)]
+    planned = [(c, resolved) for report, resolved, source in sources
+               for c in _candidates(report, resolved, source, settings, search)]
     feeds: dict[tuple[str, int], Feeds] = {}
     loaded: list[tuple[Candidate, Timed | None, str | None]] = []
     for index, (candidate, source) in enumerate(planned, 1):
@@ -121,19 +152,24 @@ def _benchmarked(report: OptimizeReport) -> list[VariantResult]:
             if v.variant is not Variant.INT8_STATIC or v is best]
 
 
-def _candidates(report: OptimizeReport, resolved: ResolvedModel,
-                settings: TuneSettings) -> Iterator[Candidate]:
+def _candidates(report: OptimizeReport, resolved: ResolvedModel, source: str | None,
+                settings: TuneSettings, search: Search) -> Iterator[Candidate]:
     engines = _engines(settings)
     threads = settings.threads or _default_threads(report)
+    specs = input_specs(onnx.load(str(resolved.artifact.onnx_path), load_external_data=False))
     for result in _benchmarked(report):
         for engine in engines:
             if result.variant not in ENGINE_VARIANTS[engine] or result.path is None:
                 continue
             if engine == "torch" and resolved.artifact.torch_module is None:
                 continue
-            for count in threads:
-                yield Candidate(result.name, result.variant, result.path, engine, count,
-                                result.metric, result.within_budget)
+            for place in placements(engine, result.variant, search, specs,
+                                    source is not None):
+                # On a GPU the host threads only feed it: one count, the smallest.
+                for count in threads if place.device == "cpu" else threads[:1]:
+                    yield Candidate(result.name, result.variant, result.path, engine, count,
+                                    result.metric, result.within_budget, place,
+                                    source if engine == "torch" else None)
 
 
 def _engines(settings: TuneSettings) -> tuple[str, ...]:
@@ -145,6 +181,12 @@ def _default_threads(report: OptimizeReport) -> tuple[int, ...]:
     return tuple(sorted({1, cores}))
 
 
+def _settings(candidate: Candidate, batch_sizes: tuple[int, ...]) -> EngineSettings:
+    """The engine settings the candidate loads with; CUDA graphs are captured for buckets
+    up to the largest batch size timed."""
+    return candidate.placement.engine_settings(candidate.threads, max(batch_sizes))
+
+
 def _load(candidate: Candidate, resolved: ResolvedModel, report: OptimizeReport,
           batch_sizes: tuple[int, ...], cache: dict[tuple[str, int], Feeds]
           ) -> tuple[Candidate, Timed | None, str | None]:
@@ -154,7 +196,8 @@ def _load(candidate: Candidate, resolved: ResolvedModel, report: OptimizeReport,
                              else None)
     try:
         session = load_session(artifact, candidate.engine,
-                               EngineSettings(intra_op_threads=candidate.threads))
+                               _settings(candidate, batch_sizes))
+        candidate = _resolved_form(candidate, session)
         candidate = _engine_metric(candidate, session, report)
     except Exception as exc:  # an engine that cannot load or run it: this candidate only
         return candidate, None, one_line(exc)
@@ -179,12 +222,25 @@ def _result(candidate: Candidate, timed: Timed | None, error: str | None,
                     notes=tuple(timed.notes))
 
 
+def _resolved_form(candidate: Candidate, session: Session) -> Candidate:
+    """``channels_last: auto`` as the torch engine resolved it for this model and form,
+    so that the label and the entry say what was measured."""
+    form = getattr(session, "form", None)
+    if (candidate.engine != "torch" or not isinstance(form, dict)
+            or candidate.placement.channels_last is not Toggle.AUTO):
+        return candidate
+    layout = Toggle.ON if form.get("channels_last") else Toggle.OFF
+    return replace(candidate, placement=replace(candidate.placement, channels_last=layout))
+
+
 def _engine_metric(candidate: Candidate, session: Session, report: OptimizeReport
                    ) -> Candidate:
-    """The metric on this engine, under the budget ``report`` was judged with: engines
-    differ in int8 kernels and fused ops, so a variant judged on ORT is judged again
-    where it would run."""
-    if candidate.engine == "onnxruntime" or report.evaluate is None or report.metric is None:
+    """The metric on this engine, device and form, under the budget ``report`` was
+    judged with: engines differ in int8 kernels and fused ops, and FP16/BF16/TF32 round
+    differently on each device, so a variant judged on ORT on the CPU is judged again
+    where and as it would run, exactly as INT8 is."""
+    judged_as_is = candidate.engine == "onnxruntime" and candidate.placement.plain
+    if judged_as_is or report.evaluate is None or report.metric is None:
         return candidate
     value = float(report.evaluate(session.run))
     reference = report.reference.metric
