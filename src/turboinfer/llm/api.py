@@ -13,7 +13,7 @@ import torch
 from turboinfer.errors import InvalidInputError, UnknownModelError
 from turboinfer.llm.backends import select
 from turboinfer.llm.backends.cpu.kernels import KernelChoice
-from turboinfer.llm.backends.cpu.threads import ThreadChoice
+from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
 from turboinfer.llm.backends.device import resolve_device, resolve_dtype
 from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.engine.sampling_params import SamplingParams
@@ -134,6 +134,11 @@ class LLM:
         if self.general:
             # Cast on the host, then moved: the device holds only the chosen dtype.
             model = load_model(folder).to(dtype=self.dtype).to(self.device)
+            if pick_threads and self.device.type == "cpu":
+                # The host's thread count matters as much on this path (a descheduled
+                # intra-op thread stalls every op); on a GPU the host only launches.
+                c = model.config
+                self.thread_choice = choose_threads(c.hidden_size, 2 * c.intermediate_size)
             self.quant_layers[role] = quantize_for_device(
                 model, quant, group_size=self.config.quant_group_size)
             return model

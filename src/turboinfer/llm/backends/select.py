@@ -155,8 +155,11 @@ def device_decoder(model: LlamaModel, kv_cache: KVCache, general: StepBackend, *
                    ) -> tuple[GraphDecoder | None, DecodeChoice | None]:
     """The graphed decoder for a model on a CUDA device where it measured faster (or was
     asked for), else None. The measurement decodes into the scratch block only."""
-    if kv_cache.k.device.type != "cuda" or scratch_block is None or backend == "torch":
-        return None, (DecodeChoice("general", True, {}) if backend == "torch" else None)
+    if backend == "torch":
+        return None, DecodeChoice("general", True, {})
+    # Mixture-of-experts routing and a sharded model's collectives are not capturable.
+    if kv_cache.k.device.type != "cuda" or scratch_block is None or not supports_lean(model):
+        return None, None
     graphs = GraphDecoder(model, kv_cache, max_batch=max_batch, scratch_block=scratch_block)
     if backend == "graphs":
         return graphs, DecodeChoice("graphs", True, {})

@@ -42,8 +42,9 @@ class StaticDecodeStep:
             [batch, batch, batch, batch * blocks])
         self.tables = flat_tables.view(batch, blocks)
         self.key_pos = torch.arange(blocks * self.block_size, device=device)
-        self.host = torch.zeros_like(self.inputs, device="cpu",
-                                     pin_memory=device.type == "cuda")
+        # Pinned on a GPU: the copy to the device then runs asynchronously.
+        self.host = torch.zeros(self.inputs.shape, dtype=torch.long,
+                                pin_memory=device.type == "cuda")
         self.stage([])   # every row padding until the first step
 
     def fits(self, items: Seq[StepItem]) -> bool:
