@@ -132,7 +132,7 @@ def test_every_help_shows_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_llm_bench_help_shows_defaults() -> None:
     result = run_cli("llm", "bench", "--help")
     assert result.returncode == 0
-    assert "(default: 1,4,16)" in result.stdout and "(default: 16384)" in result.stdout
+    assert "(default: 1,4,16)" in result.stdout and "(default: auto)" in result.stdout
 
 
 @pytest.mark.parametrize("flag", ["-V", "--version"])

@@ -30,6 +30,16 @@ def comma_list(convert: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
     return parse
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

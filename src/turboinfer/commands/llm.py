@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.commands._args import comma_list, non_negative_int, positive_int
 from turboinfer.commands._llm_load import add_load_parser
 from turboinfer.commands._llm_serve import add_serve_parser
 from turboinfer.errors import InvalidInputError
@@ -22,7 +22,9 @@ HELP = "generate text with the paged-KV LLM engine, or benchmark it"
 # EngineConfig's, SamplingParams' and BenchSettings' defaults, repeated (tests check they
 # agree): importing turboinfer.llm loads torch, too slow for every `turboinfer --help`.
 ENGINE_DEFAULTS = {"num_speculative_tokens": 6, "speculative_max_batch": 8,
-                   "quant_group_size": 32, "block_size": 16, "kv_cache_tokens": 16384}
+                   "quant_group_size": 32, "block_size": 16, "kv_cache_tokens": 0,
+                   "device": "cpu", "dtype": "auto", "backend": "auto",
+                   "gpu_memory_utilization": 0.9}
 SAMPLING_DEFAULTS = {"max_tokens": 64, "top_k": 0}
 BENCH_DEFAULTS = {"concurrency": (1, 4, 16), "prompt_len": 64, "gen_len": 64}
 
@@ -56,9 +58,29 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=positive_int,
                         default=ENGINE_DEFAULTS["block_size"],
                         help="tokens per KV-cache block")
-    parser.add_argument("--kv-cache-tokens", type=positive_int,
+    parser.add_argument("--kv-cache-tokens", type=non_negative_int,
                         default=ENGINE_DEFAULTS["kv_cache_tokens"],
-                        help="KV-cache capacity in tokens, over all requests")
+                        help="KV-cache capacity in tokens, over all requests (0: 16384 on "
+                             "the CPU, the device memory free after the weights on CUDA)")
+    # The command line goes to the GPU where there is one; the library (EngineConfig)
+    # stays on the CPU unless asked.
+    parser.add_argument("--device", default="auto",
+                        metavar="cpu|cuda|auto",
+                        help="where the weights, the KV cache and sampling live (auto: "
+                             "the GPU when there is one); cuda[:N] picks a GPU")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"],
+                        default=ENGINE_DEFAULTS["dtype"],
+                        help="the weights' dtype (auto: float32 on the CPU, bfloat16 on "
+                             "CUDA)")
+    parser.add_argument("--backend", choices=["auto", "torch", "graphs"],
+                        default=ENGINE_DEFAULTS["backend"],
+                        help="what runs the steps: auto (measured: the CPU's native and "
+                             "lean paths, CUDA graphs on a GPU), torch (every step on the "
+                             "general torch path), graphs (decode steps as CUDA graphs)")
+    parser.add_argument("--gpu-memory-utilization", type=float,
+                        default=ENGINE_DEFAULTS["gpu_memory_utilization"], metavar="SHARE",
+                        help="on CUDA: the share of the memory free after the weights "
+                             "that the KV cache and a step's activations may take")
     parser.add_argument("--expert-memory-gb", type=float, default=0.0, metavar="GIB",
                         help="MoE models: keep at most this many GiB of experts in memory "
                              "and load the others from the checkpoint on demand (0: all "
@@ -141,7 +163,9 @@ def _build(args: argparse.Namespace, **engine: Any) -> LLM:
                           expert_prefetch=not args.no_expert_prefetch,
                           expert_cache_policy=args.expert_cache_policy,
                           tensor_parallel=args.tensor_parallel,
-                          expert_parallel=args.expert_parallel, **engine)
+                          expert_parallel=args.expert_parallel, device=args.device,
+                          dtype=args.dtype, backend=args.backend,
+                          gpu_memory_utilization=args.gpu_memory_utilization, **engine)
     draft = demo_model_dir("draft") if args.draft == "demo" else args.draft
     return LLM(args.model, draft=draft, ngram=args.ngram, quant=args.quant, config=config)
 
@@ -192,6 +216,7 @@ def _bench(args: argparse.Namespace) -> int:
     roof = (roofline(llm.engine, next(r for r in results if r.concurrency == 1))
             if args.roofline else None)
     threads = torch.get_num_threads()
+    runner = llm.engine.runner
     placed = placement_report(llm.model, llm.config, sum(r.output_tokens for r in results))
     llm.placement.close()
     if args.json:
@@ -201,6 +226,12 @@ def _bench(args: argparse.Namespace) -> int:
                                       else None),
                     "kernels": [c.to_dict() for c in llm.kernel_choices],
                     "decode_path": llm.engine.runner.decode_path(),
+                    "device": llm.config.device, "dtype": llm.config.dtype,
+                    "backend": llm.config.backend,
+                    "device_decode": (runner.device_choice.to_dict()
+                                      if runner.device_choice else None),
+                    "quant_layers": llm.quant_layers,
+                    "memory_plan": llm.engine.memory_plan.to_dict(),
                     "results": rows, **placed,
                     **({"roofline": roof.to_dict()} if roof else {})})
         return 0
@@ -209,7 +240,12 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"\nthreads: {threads} ({how}); kernels (shape, rows: chosen):")
     for c in llm.kernel_choices:
         print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: {c.chosen}")
-    print(f"batch-1 decode step: {llm.engine.runner.decode_path()}")
+    print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
+          f"({llm.config.dtype})")
+    plan = llm.engine.memory_plan
+    print(f"memory: weights {plan.weights_bytes / 2**20:.1f} MiB, KV cache "
+          f"{plan.kv_bytes / 2**20:.1f} MiB = {plan.num_blocks} blocks of "
+          f"{plan.block_size} tokens ({plan.max_tokens} tokens; {plan.source})")
     if roof:
         print(f"\nroofline (batch 1): read bandwidth {roof.bandwidth_gb_s:.1f} GB/s "
               f"({roof.threads} threads), {roof.bytes_per_token / 1e6:.1f} MB of weights "

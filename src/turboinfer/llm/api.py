@@ -13,14 +13,17 @@ import torch
 from turboinfer.errors import InvalidInputError, UnknownModelError
 from turboinfer.llm.backends import select
 from turboinfer.llm.backends.cpu.kernels import KernelChoice
-from turboinfer.llm.backends.cpu.threads import ThreadChoice
+from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
+from turboinfer.llm.backends.device import resolve_device, resolve_dtype
 from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.engine.sampling_params import SamplingParams
 from turboinfer.llm.engine.sequence import Sequence
-from turboinfer.llm.model.config import EngineConfig, QuantMode
+from turboinfer.llm.model.config import BACKENDS, EngineConfig, QuantMode
 from turboinfer.llm.model.gguf import gguf_folder
 from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.model.loader import load_model
+from turboinfer.llm.model.quant_device import quantize_for_device
+from turboinfer.llm.parallel.group import world_size
 from turboinfer.llm.placement import Placement
 from turboinfer.llm.tokenizer import Tokenizer
 
@@ -75,15 +78,37 @@ class LLM:
 
     def __init__(self, model: str | Path | None = None, *, draft: str | Path | None = None,
                  ngram: int = 0, quant: str | QuantMode = QuantMode.NONE,
-                 config: EngineConfig | None = None) -> None:
+                 config: EngineConfig | None = None, device: str | None = None,
+                 dtype: str | None = None, backend: str | None = None) -> None:
         folder = model_folder(model)
         try:
             quant_mode = QuantMode(quant)
         except ValueError:
             raise InvalidInputError(f"unknown quantization {quant!r}; use int8 or int4") from None
         base = config or EngineConfig()
-        self.config = dataclasses.replace(base, quant=quant_mode,
-                                          ngram_size=ngram or base.ngram_size)
+        where = resolve_device(device or base.device)
+        self.dtype = resolve_dtype(dtype or base.dtype, where)
+        chosen = backend or base.backend
+        if chosen not in BACKENDS:
+            raise InvalidInputError(f"unknown backend {chosen!r}; use {', '.join(BACKENDS)}")
+        if chosen == "graphs" and where.type != "cuda":
+            raise InvalidInputError("the graphs backend needs a CUDA device (--device cuda)")
+        if where.type != "cpu" and (world_size(base) > 1 or base.expert_memory_gb):
+            raise InvalidInputError("tensor and expert parallelism and offloaded experts run "
+                                    "on the CPU; use --device cpu")
+        # The CPU's measured kernels and native steps are float32's; anything else (another
+        # device, another dtype, the torch backend asked for) runs torch modules on the
+        # general path.
+        self.general = where.type != "cpu" or chosen == "torch" or self.dtype != torch.float32
+        self.config = dataclasses.replace(
+            base, quant=quant_mode, ngram_size=ngram or base.ngram_size, device=str(where),
+            dtype=str(self.dtype).removeprefix("torch."),
+            backend="torch" if self.general and chosen == "auto" and where.type == "cpu"
+            else chosen)
+        self.device = where
+        # Per model loaded on the general path: layers on torch's int8/int4 kernel and on
+        # the dequantizing fallback (model/quant_device.py).
+        self.quant_layers: dict[str, dict[str, int]] = {}
         if draft is not None and self.config.ngram_size:
             raise InvalidInputError("choose one of a draft model and n-gram drafting")
         # Offloaded experts or several processes: the target loads its own way.
@@ -95,17 +120,28 @@ class LLM:
         self.thread_choice: ThreadChoice | None = None
         self.kernel_choices: list[KernelChoice] = []
         self.model = self._load(folder, self.config.quant, self.kernel_choices,
-                                pick_threads=not self.config.num_threads)
+                                pick_threads=not self.config.num_threads, role="target")
         mc = self.model.config
         self.tokenizer = Tokenizer.from_folder(folder, eos_token_ids=mc.eos_token_ids)
-        draft_model = (self._load(model_folder(draft), self.config.draft_quant, [])
-                       if draft is not None else None)
+        draft_model = (self._load(model_folder(draft), self.config.draft_quant, [],
+                                  role="draft") if draft is not None else None)
         self.engine = LLMEngine(self.model, self.config, tokenizer=self.tokenizer,
                                 draft=draft_model)
         self.placement.attach(self.engine)
 
     def _load(self, folder: Path, quant: QuantMode, choices: list[KernelChoice], *,
-              pick_threads: bool = False) -> LlamaModel:
+              pick_threads: bool = False, role: str) -> LlamaModel:
+        if self.general:
+            # Cast on the host, then moved: the device holds only the chosen dtype.
+            model = load_model(folder).to(dtype=self.dtype).to(self.device)
+            if pick_threads and self.device.type == "cpu":
+                # The host's thread count matters as much on this path (a descheduled
+                # intra-op thread stalls every op); on a GPU the host only launches.
+                c = model.config
+                self.thread_choice = choose_threads(c.hidden_size, 2 * c.intermediate_size)
+            self.quant_layers[role] = quantize_for_device(
+                model, quant, group_size=self.config.quant_group_size)
+            return model
         model = self.placement.take_model() or load_model(folder)
         threads, kernels = select.measure(model, quant, group_size=self.config.quant_group_size,
                                           pick_threads=pick_threads)

@@ -74,7 +74,9 @@ def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
 @contextlib.contextmanager
 def launch(log_dir: Path, *extra: str) -> Iterator[Server]:
     """``turboinfer llm serve`` on the demo model with the tests' limits plus ``extra``."""
-    argv = [sys.executable, "-m", "turboinfer", "llm", "serve", "--port", "0", "--threads", "1",
+    # On the CPU, where the in-process reference engine runs, on any machine.
+    argv = [sys.executable, "-m", "turboinfer", "llm", "serve", "--device", "cpu", "--port", "0",
+            "--threads", "1",
             "--kv-cache-tokens", str(KV_CACHE_TOKENS), "--max-num-seqs", str(MAX_NUM_SEQS),
             "--max-waiting", str(MAX_WAITING), "--api-key", API_KEY, *extra]
     # stderr to a file: a pipe nobody reads would block the server once it fills.

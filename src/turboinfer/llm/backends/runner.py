@@ -17,6 +17,7 @@ from turboinfer.llm.backends import select
 from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder
 from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
+from turboinfer.llm.backends.cuda.graphs import GraphDecoder
 from turboinfer.llm.backends.torch.lean_decode import LeanDecoder
 from turboinfer.llm.backends.torch.packed import TorchBackend
 from turboinfer.llm.model.attention import KVCache
@@ -26,14 +27,31 @@ __all__ = ["ModelRunner"]
 
 
 class ModelRunner:
+    """``backend``: ``auto`` (the fast paths by measurement), ``torch`` (every step on the
+    general path) or ``graphs`` (decode steps on CUDA graphs). ``scratch_block``: a cache
+    block no sequence owns, which a graphed step's padded rows write (CUDA only)."""
+
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, lean_decode: bool = True,
-                 native_decode: bool = True) -> None:
+                 native_decode: bool = True, backend: str = "auto",
+                 scratch_block: int | None = None, max_batch: int = 64) -> None:
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         self.num_forwards = 0
+        self.backend = backend
         # Every step the others do not take, on the cache's device.
         self.general = TorchBackend(model, kv_cache)
+        # On a GPU: decode steps as CUDA graphs where the measurement (or ``graphs``)
+        # says so, chosen when the first decode step comes (select.device_decoder).
+        self._graphs: GraphDecoder | None = None
+        self._device_settled = False
+        self.device_choice: select.DecodeChoice | None = None
+        self.scratch_block = scratch_block
+        self.max_batch = max_batch
+        self._on_gpu = kv_cache.k.device.type == "cuda"
+        # The CPU's fast paths are the CPU's; ``torch`` keeps every step general.
+        cpu_fast = backend != "torch" and kv_cache.k.device.type == "cpu"
+        lean_decode, native_decode = lean_decode and cpu_fast, native_decode and cpu_fast
         # A step that decodes one token of one sequence goes through the lean decoder
         # (backends/torch/lean_decode.py): same logits and cache writes, a fraction of
         # the overhead.
@@ -46,15 +64,26 @@ class ModelRunner:
         # A step that decodes one token of each of several sequences runs its small ops
         # on decode.c's native ones (backends/cpu/batch_decode.py): logits close to the
         # general path's.
-        self.batch_decode = True
+        self.batch_decode = cpu_fast
         self._batch: BatchDecoder | None = None
 
     @torch.inference_mode()
     def run(self, items: Seq[StepItem]) -> torch.Tensor:
         """One forward over all items; returns ``[sum(num_logits), vocab]`` float logits."""
-        backend = select.choose_step(items, self._lone, self._batched) or self.general
+        backend = (select.choose_step(items, self._lone, self._batched,
+                                      self._device if self._on_gpu else None)
+                   or self.general)
         self.num_forwards += 1
         return backend.run(items)
+
+    def _device(self) -> GraphDecoder | None:
+        """The graphed decoder on a GPU, once settled (measured, or forced)."""
+        if not self._device_settled:
+            self._device_settled = True
+            self._graphs, self.device_choice = select.device_decoder(
+                self.model, self.kv_cache, self.general, backend=self.backend,
+                scratch_block=self.scratch_block, max_batch=self.max_batch)
+        return self._graphs
 
     def native_decoder(self) -> NativeDecoder | None:
         """The native one-call decoder, where a lone sequence's steps run on it."""
@@ -64,6 +93,8 @@ class ModelRunner:
     def decode_path(self) -> str:
         """How a lone sequence's decode step runs: ``native`` (one call into decode.c),
         ``lean`` (torch operations without the batch machinery) or ``general``."""
+        if self.kv_cache.k.device.type != "cpu":
+            return "graphs" if self._device() is not None else "general"
         lean = self._lone()
         return ("native" if isinstance(lean, NativeDecoder)
                 else "lean" if lean is not None else "general")

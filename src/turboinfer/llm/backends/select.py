@@ -18,15 +18,22 @@ Two decisions, both resting on measurement:
 Which of the fast paths exist is fixed when the runner first needs them
 (``lone_decoder``, ``batch_decoder``): the CPU paths need the model in CPU memory, dense
 layers in one process and, for the native ones, the C library and float32 weights.
-Elsewhere (a model on a GPU) every step takes the general path; a GPU backend (CUDA
-graphs per batch size, paged attention kernels) goes in ``backends/cuda`` and is chosen
-here, for a model on a CUDA device.
+
+On a GPU (``device_decoder``): decode steps (one new token for each of up to
+``max_num_seqs`` sequences) replay CUDA graphs (``cuda/graphs.py``) where a batch-1 step
+measured faster so than on the general path (CUDA events, after warm-up, interleaved),
+or where the backend ``graphs`` was asked for; every other step takes the general path.
+The measurement is kept (``DecodeChoice``, in ``llm bench --json``).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
+from dataclasses import asdict, dataclass
+
+import torch
 
 from turboinfer.llm.backends.base import StepBackend, StepItem
 from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder, supports_batch_decode
@@ -34,13 +41,14 @@ from turboinfer.llm.backends.cpu.kernels import NATIVE_STEP_MARGIN, KernelChoice
 from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
 from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
+from turboinfer.llm.backends.cuda.graphs import GraphDecoder
 from turboinfer.llm.backends.torch.lean_decode import LeanDecoder, supports_lean
 from turboinfer.llm.model.attention import KVCache
 from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.llama import LlamaModel
 
-__all__ = ["NATIVE_ROWS", "NATIVE_STEP_MARGIN", "batch_decoder", "choose_step",
-           "lone_decoder", "measure"]
+__all__ = ["NATIVE_ROWS", "NATIVE_STEP_MARGIN", "DecodeChoice", "batch_decoder",
+           "choose_step", "device_decoder", "lone_decoder", "measure"]
 
 # A lone sequence's step of at most this many new tokens (a decode step, a speculative
 # verification) goes through the native one-call step; longer ones (prompts) take the
@@ -87,10 +95,17 @@ def batch_decoder(model: LlamaModel, kv_cache: KVCache) -> BatchDecoder | None:
 
 
 def choose_step(items: Seq[StepItem], lone: Callable[[], LoneDecoder | None],
-                batch: Callable[[], BatchDecoder | None]) -> StepBackend | None:
+                batch: Callable[[], BatchDecoder | None],
+                device: Callable[[], GraphDecoder | None] | None = None,
+                ) -> StepBackend | None:
     """The backend that runs this step, None for the general path. ``lone`` and ``batch``
-    hand over the runner's decoders (built on first use, None where switched off or
-    unsupported); each is asked only for a step it could take."""
+    hand over the runner's CPU decoders, ``device`` its GPU one (built on first use, None
+    where switched off or unsupported); each is asked only for a step it could take."""
+    if device is not None and all(len(it.token_ids) == 1 and it.num_logits == 1
+                                  for it in items):
+        graphs = device()
+        if graphs is not None and graphs.fits(items):
+            return graphs
     if len(items) == 1:
         decoder = lone()
         if decoder is not None:
@@ -103,3 +118,52 @@ def choose_step(items: Seq[StepItem], lone: Callable[[], LoneDecoder | None],
     if len(items) > 1 and all(len(it.token_ids) == 1 and it.num_logits == 1 for it in items):
         return batch()
     return None
+
+
+@dataclass(frozen=True)
+class DecodeChoice:
+    """How a GPU's decode steps run, and the batch-1 step times that decided it."""
+
+    chosen: str                       # "graphs" or "general"
+    forced: bool                      # asked for (backend graphs/torch), not measured
+    step_ms: dict[str, float]         # median batch-1 step per candidate, when measured
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+DECODE_TRIALS = 20
+
+
+def _time_step_ms(backend: StepBackend, items: list[StepItem]) -> float:
+    """Median of ``DECODE_TRIALS`` steps timed with CUDA events, after two untimed."""
+    for _ in range(2):
+        backend.run(items)
+    times = []
+    for _ in range(DECODE_TRIALS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        backend.run(items)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def device_decoder(model: LlamaModel, kv_cache: KVCache, general: StepBackend, *,
+                   backend: str, scratch_block: int | None, max_batch: int,
+                   ) -> tuple[GraphDecoder | None, DecodeChoice | None]:
+    """The graphed decoder for a model on a CUDA device where it measured faster (or was
+    asked for), else None. The measurement decodes into the scratch block only."""
+    if backend == "torch":
+        return None, DecodeChoice("general", True, {})
+    # Mixture-of-experts routing and a sharded model's collectives are not capturable.
+    if kv_cache.k.device.type != "cuda" or scratch_block is None or not supports_lean(model):
+        return None, None
+    graphs = GraphDecoder(model, kv_cache, max_batch=max_batch, scratch_block=scratch_block)
+    if backend == "graphs":
+        return graphs, DecodeChoice("graphs", True, {})
+    probe = [StepItem([0], 0, [scratch_block], 1)]
+    times = {"general": _time_step_ms(general, probe), "graphs": _time_step_ms(graphs, probe)}
+    chosen = min(times, key=lambda k: times[k])
+    return (graphs if chosen == "graphs" else None), DecodeChoice(chosen, False, times)

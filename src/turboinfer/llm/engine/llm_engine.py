@@ -8,6 +8,7 @@ from turboinfer.errors import InvalidInputError
 from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.engine.block_manager import BlockManager
+from turboinfer.llm.engine.memory_plan import plan_for_device
 from turboinfer.llm.engine.sampler import logits_to_probs, sample, token_logprobs
 from turboinfer.llm.engine.sampling_params import SamplingParams
 from turboinfer.llm.engine.scheduler import Scheduler, SchedulerOutput
@@ -33,26 +34,38 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.max_model_len = min(config.max_model_len or model.config.max_position_embeddings,
                                  model.config.max_position_embeddings)
-        blocks = config.total_blocks
+        # Where the steps run: the weights' device; sampling happens there too.
+        self.device = model.embed_tokens.weight.device
+        self.memory_plan = plan_for_device(model, config, draft=draft)
+        blocks = self.memory_plan.num_blocks
         # No sequence may outgrow the whole KV cache: it would preempt itself forever.
         self.max_seq_len = min(self.max_model_len, blocks * config.block_size)
         self.block_manager = BlockManager(blocks, config.block_size,
                                           enable_prefix_caching=config.enable_prefix_caching)
-        self.runner = ModelRunner(model, model.allocate_kv_cache(blocks, config.block_size))
+        # On a GPU one block more than the scheduler hands out: where a graphed decode
+        # step's padded rows write (backends/cuda/graphs.py).
+        spare = 0 if self.device.type == "cpu" else 1
+        scratch = blocks if spare else None
+        self.runner = ModelRunner(model, model.allocate_kv_cache(blocks + spare,
+                                                                 config.block_size),
+                                  backend=config.backend, scratch_block=scratch,
+                                  max_batch=config.max_num_seqs)
         self.proposer: DraftModelProposer | NgramProposer | None = None
         if draft is not None:
             if draft.config.vocab_size != model.config.vocab_size:
                 raise InvalidInputError(
                     f"draft vocabulary ({draft.config.vocab_size}) differs from the "
                     f"target's ({model.config.vocab_size})")
-            draft_runner = ModelRunner(draft, draft.allocate_kv_cache(blocks, config.block_size))
+            draft_runner = ModelRunner(
+                draft, draft.allocate_kv_cache(blocks + spare, config.block_size),
+                backend=config.backend, scratch_block=scratch, max_batch=config.max_num_seqs)
             self.proposer = DraftModelProposer(draft_runner, config.num_speculative_tokens)
         elif config.ngram_size:
             self.proposer = NgramProposer(config.ngram_size, config.num_speculative_tokens)
         lookahead = config.num_speculative_tokens if self.proposer else 0
         self.scheduler = Scheduler(config, self.block_manager, lookahead=lookahead)
         self.spec_stats = SpecStats()
-        self.generator = torch.Generator().manual_seed(0)
+        self.generator = torch.Generator(self.device).manual_seed(0)
         self.eos_ids = set(model.config.eos_token_ids)
         if tokenizer is not None:
             self.eos_ids |= set(tokenizer.eos_token_ids)
@@ -64,7 +77,8 @@ class LLMEngine:
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *,
                     priority: int = 0, request_id: str | None = None) -> Sequence:
         self.check_prompt(prompt_token_ids)
-        seq = Sequence(prompt_token_ids, params, priority=priority, request_id=request_id)
+        seq = Sequence(prompt_token_ids, params, priority=priority, request_id=request_id,
+                       device=self.device)
         if params.structured is not None:
             seq.guide = self.guides.guide(params.structured)
         self._by_request[seq.request_id] = seq

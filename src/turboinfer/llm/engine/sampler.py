@@ -1,7 +1,9 @@
 """Logits to tokens: temperature, top-k, top-p, per-request random streams.
 
 Pure functions over a batch: each row of ``logits`` belongs to one request and carries
-its own parameters, so one call serves a whole decode step.
+its own parameters, so one call serves a whole decode step. They run on the logits'
+device: on a GPU the per-row parameters go there as small tensors and the host reads
+the sampled ids once (``tolist``), the step's only synchronisation.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ def logits_to_probs(logits: torch.Tensor, params: Seq[SamplingParams]) -> torch.
     """
     logits = logits.float()
     vocab = logits.shape[1]
-    temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+    temps = torch.tensor([p.temperature for p in params], dtype=torch.float32,
+                         device=logits.device)
     greedy = temps == 0
     scaled = logits / torch.where(greedy, 1.0, temps)[:, None]
     if any(p.top_k > 0 or p.top_p < 1 for p in params if not p.greedy):
         scaled = _filter_top_k_top_p(scaled, params, vocab)
     probs = torch.softmax(scaled, dim=-1)
-    if bool(greedy.any()):
+    # Asked of the parameters, not of ``greedy``: on a GPU that would wait for the device.
+    if any(p.temperature == 0 for p in params):
         onehot = torch.zeros_like(probs)
         onehot.scatter_(1, logits.argmax(dim=-1, keepdim=True), 1.0)
         probs = torch.where(greedy[:, None], onehot, probs)
@@ -37,10 +41,11 @@ def logits_to_probs(logits: torch.Tensor, params: Seq[SamplingParams]) -> torch.
 
 def _filter_top_k_top_p(scaled: torch.Tensor, params: Seq[SamplingParams],
                         vocab: int) -> torch.Tensor:
-    top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params])
-    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+    device = scaled.device
+    top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
     sorted_logits, order = scaled.sort(dim=-1, descending=True)            # [N, V]
-    rank = torch.arange(vocab)[None, :]
+    rank = torch.arange(vocab, device=device)[None, :]
     remove = rank >= top_k[:, None]
     sorted_probs = torch.softmax(sorted_logits.masked_fill(remove, float("-inf")), dim=-1)
     # Drop a token once the mass before it already reaches top_p; the first always stays.
@@ -55,7 +60,7 @@ def sample_from_probs(probs: torch.Tensor, generators: Seq[torch.Generator | Non
                       default: torch.Generator) -> torch.Tensor:
     """One token per row. Rows with their own generator draw from it (reproducible per
     request regardless of batch mates); the rest share ``default`` in one batched call."""
-    out = torch.empty(probs.shape[0], dtype=torch.long)
+    out = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
     shared = [i for i, g in enumerate(generators) if g is None]
     if shared:
         out[shared] = torch.multinomial(probs[shared], 1, generator=default).squeeze(1)
@@ -76,6 +81,8 @@ def sample(logits: torch.Tensor, params: Seq[SamplingParams],
            generators: Seq[torch.Generator | None], default: torch.Generator) -> list[int]:
     """[N, V] logits -> N token ids. An all-greedy batch is one argmax."""
     if all(p.greedy for p in params):
+        if logits.device.type != "cpu":
+            return [int(t) for t in logits.argmax(dim=-1).tolist()]
         return argmax_rows(logits)
     probs = logits_to_probs(logits, params)
     tokens = sample_from_probs(probs, generators, default)
@@ -89,7 +96,8 @@ def token_logprobs(logits: torch.Tensor, tokens: Seq[int], top_n: int) -> list[T
     """[N, V] logits and the N tokens drawn from them -> each token's log-probability
     under the model and the ``top_n`` most likely (id, log-probability) pairs."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)                   # [N, V]
-    chosen = logprobs.gather(1, torch.tensor(tokens, dtype=torch.long)[:, None])
+    chosen = logprobs.gather(1, torch.tensor(tokens, dtype=torch.long,
+                                             device=logits.device)[:, None])
     if top_n == 0:
         return [(lp, []) for lp in chosen.squeeze(1).tolist()]
     values, ids = logprobs.topk(top_n, dim=-1)                              # [N, top_n]

@@ -41,7 +41,8 @@ class Sequence:
     """
 
     def __init__(self, prompt_token_ids: list[int], params: SamplingParams, *,
-                 priority: int = 0, request_id: str | None = None) -> None:
+                 priority: int = 0, request_id: str | None = None,
+                 device: torch.device | None = None) -> None:
         self.seq_id = next(_counter)
         self.request_id = request_id if request_id is not None else str(self.seq_id)
         self.token_ids: list[int] = list(prompt_token_ids)
@@ -61,7 +62,8 @@ class Sequence:
         self.output_text = ""
         self.generator: torch.Generator | None = None
         if params.seed is not None:
-            self.generator = torch.Generator().manual_seed(params.seed)
+            # On the device that samples: a CUDA tensor draws from a CUDA generator.
+            self.generator = torch.Generator(device or "cpu").manual_seed(params.seed)
         # Draft-model progress for speculative decoding: tokens whose draft KV is cached.
         self.num_draft_computed = 0
         # Per output token, when params.logprobs is set: (its logprob, top (id, logprob)).

@@ -38,16 +38,18 @@ def rejection_sample(target_probs: torch.Tensor, proposal: Proposal,
     k = len(proposal.tokens)
     if k == 0:
         return [int(torch.multinomial(target_probs[0], 1, generator=generator))]
-    draft = torch.tensor(proposal.tokens, dtype=torch.long)
-    rows = torch.arange(k)
+    # On the target probabilities' device (the generator is made there, too).
+    device = target_probs.device
+    draft = torch.tensor(proposal.tokens, dtype=torch.long, device=device)
+    rows = torch.arange(k, device=device)
     if proposal.probs is None:
-        q = torch.zeros(k, target_probs.shape[1])
+        q = torch.zeros(k, target_probs.shape[1], device=device)
         q[rows, draft] = 1.0
     else:
         q = proposal.probs
     p_d = target_probs[rows, draft]
     q_d = q[rows, draft]
-    u = torch.rand(k, generator=generator)
+    u = torch.rand(k, generator=generator, device=device)
     # Strict "<" keeps u == 0 from accepting a token the target gives zero mass.
     rejected = (u * q_d >= p_d).nonzero()
     if rejected.numel() == 0:
@@ -145,8 +147,10 @@ class DraftModelProposer:
     def __init__(self, runner: ModelRunner, num_tokens: int) -> None:
         self.runner = runner
         self.num_tokens = num_tokens
-        self.generator = torch.Generator().manual_seed(0)
-        self.single = SingleSequenceDecoder(runner.model, runner.kv_cache)
+        self.generator = torch.Generator(runner.kv_cache.k.device).manual_seed(0)
+        # The lean single-sequence decoder is the CPU's; elsewhere the runner steps.
+        self.single = (SingleSequenceDecoder(runner.model, runner.kv_cache)
+                       if runner.kv_cache.k.device.type == "cpu" else None)
 
     def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> list[Proposal]:
         steps = max(min(lim, self.num_tokens) for lim in limits)
@@ -192,7 +196,7 @@ class DraftModelProposer:
         feed = seq.token_ids[start:]
         if native is not None and native.can_run_greedy():
             tokens = native.greedy(feed, start, seq.block_table, steps)
-        elif native is not None:
+        elif native is not None or self.single is None:
             tokens = self._native_greedy(feed, start, seq.block_table, steps)
         else:
             tokens = self.single.greedy(feed, start, seq.block_table, steps)
@@ -203,7 +207,8 @@ class DraftModelProposer:
     def _native_greedy(self, feed: list[int], start: int, table: list[int],
                        steps: int) -> list[int]:
         """``SingleSequenceDecoder.greedy`` through the runner, whose native one-call step
-        takes the draft's steps (and the catch-up, unless it is a whole long prompt)."""
+        takes the draft's steps (and the catch-up, unless it is a whole long prompt), or
+        on a GPU its device's step."""
         out: list[int] = []
         while len(out) < steps:
             logits = self.runner.run([StepItem(feed, start, table, 1)])

@@ -120,12 +120,23 @@ class QuantMode(str, enum.Enum):
     INT4 = "int4"
 
 
+# What runs the steps (llm/backends/select.py): ``auto`` chooses by measurement (the CPU's
+# native and lean paths, CUDA graphs on a GPU); ``torch`` runs every step on the general
+# packed path over plain torch modules, on any device; ``graphs`` forces CUDA graphs.
+BACKENDS = ("auto", "torch", "graphs")
+
+# The KV cache on the CPU when neither num_blocks nor kv_cache_tokens is given.
+CPU_KV_CACHE_TOKENS = 16384
+
+
 @dataclass(frozen=True)
 class EngineConfig:
-    """Engine knobs. ``num_blocks=0`` sizes the KV cache from ``kv_cache_tokens``."""
+    """Engine knobs. ``num_blocks=0`` sizes the KV cache from ``kv_cache_tokens``; both 0:
+    the memory plan sizes it (``engine/memory_plan.py``: 16384 tokens on the CPU, the
+    free device memory after the weights on CUDA)."""
 
     block_size: int = 16
-    kv_cache_tokens: int = 16384
+    kv_cache_tokens: int = 0
     num_blocks: int = 0
     max_num_seqs: int = 64
     # Tokens one step may process (prefill chunks + decodes). Long prompts are split into
@@ -165,8 +176,20 @@ class EngineConfig:
     # channels split over tensor_parallel ranks, experts over expert_parallel ranks.
     tensor_parallel: int = 1
     expert_parallel: int = 1
+    # Where the weights and the KV cache live (llm/backends/device.py): cpu, cuda[:N] or
+    # auto; the weights' dtype (auto: float32 on the CPU, bfloat16 on CUDA).
+    device: str = "cpu"
+    dtype: str = "auto"
+    backend: str = "auto"
+    # On CUDA: the share of the device memory free after loading the weights that the
+    # KV cache and the step's activations may take (the rest stays for other users).
+    gpu_memory_utilization: float = 0.9
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError("gpu_memory_utilization must be in (0, 1]")
         if self.expert_memory_gb < 0:
             raise ConfigError("expert_memory_gb must be >= 0")
         if self.expert_cache_policy not in ("layer", "lru"):
@@ -194,6 +217,13 @@ class EngineConfig:
 
     @property
     def total_blocks(self) -> int:
+        """Blocks asked for, or the CPU's default (the memory plan may size a GPU's cache
+        from free memory instead: ``engine/memory_plan.py``)."""
         if self.num_blocks:
             return self.num_blocks
-        return -(-self.kv_cache_tokens // self.block_size)
+        return -(-(self.kv_cache_tokens or CPU_KV_CACHE_TOKENS) // self.block_size)
+
+    @property
+    def kv_cache_sized(self) -> bool:
+        """Whether the KV cache's size was given (blocks or tokens), not left to the plan."""
+        return bool(self.num_blocks or self.kv_cache_tokens)

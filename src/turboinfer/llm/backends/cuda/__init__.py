@@ -1,0 +1,1 @@
+"""The CUDA backend: decode steps replayed as CUDA graphs (``graphs.py``)."""
