@@ -22,7 +22,8 @@ from turboinfer.serve.protocol import InferRequest, datatype_of
 from turboinfer.serve.repository import Repository
 from turboinfer.serve.version import ServedVersion
 
-EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "schedule_policy"]
+EXTENSIONS = ["binary_tensor_data", "classification", "model_repository", "statistics",
+              "schedule_policy"]
 DEFAULT_ZOO_MODELS = ("digits-cnn", "resnet18")
 
 

@@ -52,6 +52,7 @@ class DirectorySource:
 
     def read(self) -> Snapshot:
         config = load_config(self.path / CONFIG_FILE)  # ConfigError names file and key
+        config = config.with_files_under(self.path)
         try:
             folders = [p for p in self.path.iterdir() if p.is_dir() and p.name.isdigit()]
         except OSError as exc:
