@@ -177,7 +177,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
             data = self.core.model_metadata(request.name, request.version or None)
-            return json_format.ParseDict(data, service_pb2.ModelMetadataResponse())
+            # The raw inputs' parameters (what they fill) have no field in the protobuf.
+            return json_format.ParseDict(data, service_pb2.ModelMetadataResponse(),
+                                         ignore_unknown_fields=True)
         return await _guard(context, call)
 
     async def ModelConfig(self, request: Any, context: Any) -> Any:
