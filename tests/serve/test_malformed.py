@@ -186,8 +186,8 @@ NAMES_AND_PARAMETERS = [
                                                    "shared_memory_byte_size": 64})),
     Case("output-shared-memory", _one(outputs=[
         {"name": "output", "parameters": {"shared_memory_region": "r"}}])),
-    Case("output-classification", _one(outputs=[
-        {"name": "output", "parameters": {"classification": 3}}])),
+    Case("output-classification-not-a-count", _one(outputs=[
+        {"name": "output", "parameters": {"classification": "three"}}])),
     Case("sequence-id", _one(parameters={"sequence_id": 42, "sequence_start": True})),
     Case("input-parameters-list", _input(parameters=["binary_data_size"])),
     Case("version-not-integer", _one(), path="/v2/models/affine/versions/x/infer"),

@@ -29,6 +29,11 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
                        help="--calib-images: per-channel mean of [0, 1] pixels (R,G,B)")
     calib.add_argument("--std", type=comma_list(float), default=STD,
                        help="--calib-images: per-channel standard deviation (R,G,B)")
+    calib.add_argument("--calib-text", type=Path, metavar="FILE",
+                       help="text lines for a text model, tokenized with its folder's "
+                            "tokenizer.json (a slice is held out for the fidelity check)")
+    calib.add_argument("--tokenizer", type=Path, metavar="FILE",
+                       help="--calib-text: the tokenizer.json (default: the model folder's)")
     calib.add_argument("--synthetic-calib", "--random-calibration", dest="synthetic_calib",
                        action="store_true",
                        help="calibrate (and check fidelity) on inputs drawn from the input "
@@ -61,7 +66,16 @@ def data_keywords(args: argparse.Namespace) -> dict[str, Any]:
     prep = ImagePrep(resize=args.resize, crop=args.crop, mean=tuple(args.mean),
                      std=tuple(args.std))
     return {"calib_data": args.calib_data, "calib_images": args.calib_images,
+            "calib_text": args.calib_text, "tokenizer": _tokenizer(args),
             "image_prep": prep, "synthetic_calib": args.synthetic_calib or None,
             "eval_data": args.eval_data, "metric": args.metric,
             "train_data": args.train_data, "qat_epochs": args.qat_epochs,
             "qat_minutes": args.qat_minutes}
+
+
+def _tokenizer(args: argparse.Namespace) -> Path | None:
+    """``--tokenizer``, else the model folder's tokenizer.json when text calibrates."""
+    if args.tokenizer is not None or args.calib_text is None:
+        return args.tokenizer
+    folder = Path(getattr(args, "model", "") or ".")
+    return folder / "tokenizer.json" if folder.is_dir() else None

@@ -81,8 +81,11 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
                           help="HTTP tensors in the binary data extension (the default)")
     encoding.add_argument("--json-tensors", dest="binary", action="store_false",
                           help="HTTP tensors as JSON lists")
-    group.add_argument("--input-data", type=Path, metavar="FILE.npz",
-                       help="tensors keyed by input name (default: random, from metadata)")
+    group.add_argument("--input-data", type=Path, metavar="PATH",
+                       help="an .npz of tensors keyed by input name; or, for a model the "
+                            "server pre-processes, a folder of images (JPEG/PNG/WebP) or a "
+                            "text file (one string per line), sent as its raw BYTES input "
+                            "(default: random tensors, from metadata)")
     add_shape_argument(group, "--batch-size",
                        ". Changed: this flag used to take the whole shape, batch axis included")
     group.add_argument("--batch-size", type=positive_int, default=_LOAD.batch_size,

@@ -7,6 +7,7 @@ to a channel method with no serializer, so no protobuf work happens per request.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from turboinfer.errors import MissingDependencyError, UnknownModelError
 from turboinfer.load.endpoint import Endpoint
 from turboinfer.load.failures import TIMEOUT, ErrorLog, ServerError
-from turboinfer.load.inputs import ModelInfo, parse_metadata
+from turboinfer.load.inputs import ModelInfo, TensorInfo, parse_metadata
 from turboinfer.load.protocol import input_datatype, tensor_bytes
 
 try:
@@ -27,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 _SERVICE = "/inference.GRPCInferenceService"
+_STRING = 13  # model_config_pb2.TYPE_STRING
 # No size caps: an image batch easily passes gRPC's 4 MiB default.
 _CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1),
                     ("grpc.max_receive_message_length", -1)]
@@ -71,13 +73,15 @@ class GrpcInferClient:
         }
         info = parse_metadata(doc, version=version)
         self._version = version
+        inputs = info.inputs
         try:
             config = await self._call("ModelConfig", service_pb2.ModelConfigRequest(
                 name=model, version=version), service_pb2.ModelConfigResponse)
             max_batch = int(config.config.max_batch_size)
+            inputs = _mark_raw(inputs, config.config)
         except ServerError:
             max_batch = 0
-        return ModelInfo(info.name, info.version, info.inputs, info.outputs, max_batch)
+        return ModelInfo(info.name, info.version, inputs, info.outputs, max_batch)
 
     def prepare(self, info: ModelInfo, tensors: Mapping[str, np.ndarray], *,
                 binary: bool) -> bytes:
@@ -115,6 +119,14 @@ def encode_grpc(info: ModelInfo, tensors: Mapping[str, np.ndarray], *,
         request.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
         request.raw_input_contents.append(tensor_bytes(array, datatype))
     return bytes(request.SerializeToString())
+
+
+def _mark_raw(inputs: tuple[TensorInfo, ...], config: Any) -> tuple[TensorInfo, ...]:
+    """gRPC metadata cannot say which inputs the server pre-processes; its config marks
+    them as optional strings (kind unknown: "raw")."""
+    raw = {i.name for i in config.input if i.optional and i.data_type == _STRING}
+    return tuple(replace(spec, preprocess="raw") if spec.name in raw else spec
+                 for spec in inputs)
 
 
 def _tensor(t: Any) -> dict[str, Any]:

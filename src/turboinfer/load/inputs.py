@@ -46,6 +46,9 @@ class TensorInfo:
     name: str
     datatype: str
     shape: tuple[int, ...]
+    # A raw input the server pre-processes ("image", "text"), filling tensor inputs;
+    # "" for the model's own tensors.
+    preprocess: str = ""
 
     @property
     def dtype(self) -> np.dtype[Any]:
@@ -62,6 +65,15 @@ class ModelInfo:
     outputs: tuple[TensorInfo, ...]
     # Triton's config ``max_batch_size``; 0 when batching is off or the server won't say.
     max_batch_size: int = 0
+
+    @property
+    def tensor_inputs(self) -> tuple[TensorInfo, ...]:
+        """The model's own inputs, without the raw ones the server pre-processes."""
+        return tuple(spec for spec in self.inputs if not spec.preprocess)
+
+    def raw_input(self, kind: str) -> TensorInfo | None:
+        """The raw input that takes ``kind`` ("image", "text"), if the server has one."""
+        return next((spec for spec in self.inputs if spec.preprocess == kind), None)
 
 
 def parse_metadata(doc: Mapping[str, Any], *, version: str = "") -> ModelInfo:
@@ -84,7 +96,10 @@ def _tensor_info(doc: Mapping[str, Any]) -> TensorInfo:
     datatype = str(doc["datatype"]).upper()
     if datatype not in DATATYPES:
         raise ValueError(f"input {doc['name']!r} has unknown datatype {datatype!r}")
-    return TensorInfo(str(doc["name"]), datatype, tuple(int(d) for d in doc["shape"]))
+    params = doc.get("parameters") or {}
+    kind = params.get("preprocess", "") if isinstance(params, Mapping) else ""
+    return TensorInfo(str(doc["name"]), datatype, tuple(int(d) for d in doc["shape"]),
+                      str(kind))
 
 
 def random_inputs(
@@ -100,11 +115,12 @@ def random_inputs(
     other dynamic axes need one, because no guess is safe for, say, a sequence length.
     Names, axis counts and sizes are checked against the metadata first.
     """
-    declared = [declared_input(spec) for spec in info.inputs]
+    specs = info.tensor_inputs
+    declared = [declared_input(spec) for spec in specs]
     given = resolve_shapes((shapes or {}).items(), declared, model=info.name)
     rng = np.random.default_rng(seed)
     return {spec.name: _random_tensor(rng, spec, concrete_shape(d, batch_size, given))
-            for spec, d in zip(info.inputs, declared, strict=True)}
+            for spec, d in zip(specs, declared, strict=True)}
 
 
 def declared_input(spec: TensorInfo) -> DeclaredInput:
@@ -135,19 +151,20 @@ def load_inputs(path: Path, info: ModelInfo) -> dict[str, np.ndarray]:
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InvalidInputError(f"cannot read input file {path}: {exc}") from None
     check_inputs(arrays, info, source=str(path))
-    return {spec.name: arrays[spec.name].astype(spec.dtype, copy=False) for spec in info.inputs}
+    return {spec.name: arrays[spec.name].astype(spec.dtype, copy=False)
+            for spec in info.tensor_inputs}
 
 
 def check_inputs(arrays: Mapping[str, np.ndarray], info: ModelInfo, *, source: str) -> None:
     """Raise :class:`InvalidInputError` naming the first input that does not fit."""
-    expected = {spec.name: spec for spec in info.inputs}
+    expected = {spec.name: spec for spec in info.tensor_inputs}
     for name in arrays:
         if name not in expected:
             raise InvalidInputError(
                 f"{source}: {name!r} is not an input of model {info.name!r} "
                 f"(inputs: {', '.join(expected)})"
             )
-    for spec in info.inputs:
+    for spec in info.tensor_inputs:
         if spec.name not in arrays:
             raise InvalidInputError(f"{source}: missing input {spec.name!r}")
         _check_shape(arrays[spec.name], spec, source)

@@ -99,6 +99,10 @@ class ServerSide:
     request_ms: float | None
     memory_mb: float | None
     cpu_cores: float | None
+    # The server's own pre- and post-processing per request that had any (None: the
+    # server does none, or does not say).
+    preprocess_ms: float | None = None
+    postprocess_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +130,8 @@ def server_side(before: Snapshot, after: Snapshot, *, model: str,
         request_ms=_duration_ms(before, after, "request_duration", model, ok),
         memory_mb=memory / 1e6 if memory is not None else None,
         cpu_cores=cpu / wall_s if cpu is not None and wall_s > 0 else None,
+        preprocess_ms=_duration_ms(before, after, "preprocess", model, ok),
+        postprocess_ms=_duration_ms(before, after, "postprocess", model, ok),
     )
 
 

@@ -12,6 +12,8 @@ from turboinfer.output import format_table
 
 CLIENT_COLUMNS = ("run", "qps", "p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "max_ms", "errors")
 SERVER_COLUMNS = ("queue_ms", "compute_ms", "batch", "mem_mb")
+# With a server that pre- and post-processes, its time splits four ways.
+PREPOST_COLUMNS = ("pre_ms", "queue_ms", "compute_ms", "post_ms", "batch", "mem_mb")
 
 
 def _client_cells(run: RunResult) -> list[Any]:
@@ -21,20 +23,33 @@ def _client_cells(run: RunResult) -> list[Any]:
             lat.max_ms, run.failed]
 
 
-def _server_cells(run: RunResult) -> list[Any]:
+def _server_cells(run: RunResult, prepost: bool) -> list[Any]:
     server = run.server
     if server is None:
-        return ["-"] * len(SERVER_COLUMNS)
-    values = (server.queue_ms, server.compute_ms, server.avg_batch_size, server.memory_mb)
+        return ["-"] * len(PREPOST_COLUMNS if prepost else SERVER_COLUMNS)
+    values: tuple[float | None, ...] = (server.queue_ms, server.compute_ms,
+                                        server.avg_batch_size, server.memory_mb)
+    if prepost:
+        values = (server.preprocess_ms, server.queue_ms, server.compute_ms,
+                  server.postprocess_ms, server.avg_batch_size, server.memory_mb)
     return ["-" if v is None else v for v in values]
+
+
+def _prepost(report: LoadReport) -> bool:
+    return any(run.server is not None and (run.server.preprocess_ms is not None
+                                           or run.server.postprocess_ms is not None)
+               for run in report.runs)
 
 
 def format_report(report: LoadReport) -> str:
     lines = [f"server: {report.url}  model: {report.model}  protocol: {report.protocol} "
              f"({report.encoding})  scenario: {report.scenario}"]
     has_server = any(run.server is not None for run in report.runs)
-    headers = CLIENT_COLUMNS + (SERVER_COLUMNS if has_server else ())
-    rows = [_client_cells(r) + (_server_cells(r) if has_server else []) for r in report.runs]
+    prepost = _prepost(report)
+    server_columns = PREPOST_COLUMNS if prepost else SERVER_COLUMNS
+    headers = CLIENT_COLUMNS + (server_columns if has_server else ())
+    rows = [_client_cells(r) + (_server_cells(r, prepost) if has_server else [])
+            for r in report.runs]
     if rows:
         lines.append(format_table(headers, rows))
     lines += _batching_lines(report)

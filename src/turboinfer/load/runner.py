@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +36,8 @@ CLIENT_OVERLOAD = "client_overload"
 StopRule = Callable[[list[Recorder]], bool]
 Progress = Callable[[str], None]
 WindowHook = Callable[[Recorder], None]
+# One encoded request sent again and again, or several sent in turn (raw data files).
+Requests = bytes | Sequence[bytes]
 
 
 @dataclass(frozen=True)
@@ -80,20 +82,29 @@ class Meter:
         return done
 
 
-async def closed_loop(client: InferClient, request: bytes, *, concurrency: int,
+def _requests(request: Requests) -> Sequence[bytes]:
+    return (request,) if isinstance(request, bytes) else request
+
+
+async def closed_loop(client: InferClient, request: Requests, *, concurrency: int,
                       settings: LoopSettings, stop_rule: StopRule | None = None,
                       progress: Progress | None = None, label: str = "") -> LoopResult:
     meter = Meter()
-    workers = [asyncio.create_task(_closed_worker(client, request, meter))
-               for _ in range(concurrency)]
+    requests = _requests(request)
+    workers = [asyncio.create_task(_closed_worker(client, requests, meter, offset))
+               for offset in range(concurrency)]
     result = await _measure(meter, settings, stop_rule, progress, label)
     await _drain(workers, settings.drain_s)
     return result
 
 
-async def _closed_worker(client: InferClient, request: bytes, meter: Meter) -> None:
+async def _closed_worker(client: InferClient, requests: Sequence[bytes], meter: Meter,
+                         offset: int = 0) -> None:
     clock = time.perf_counter_ns
+    count, turn = len(requests), offset
     while meter.running:
+        request = requests[turn % count]
+        turn += 1
         sent = clock()
         kind = await client.infer(request)
         if kind is None:
@@ -104,7 +115,7 @@ async def _closed_worker(client: InferClient, request: bytes, meter: Meter) -> N
             await asyncio.sleep(0)
 
 
-async def open_loop(client: InferClient, request: bytes, *, rate: float,
+async def open_loop(client: InferClient, request: Requests, *, rate: float,
                     settings: LoopSettings, seed: int = 0,
                     progress: Progress | None = None, label: str = "",
                     on_window: WindowHook | None = None) -> LoopResult:
@@ -127,8 +138,10 @@ async def open_loop(client: InferClient, request: bytes, *, rate: float,
     return result
 
 
-async def _schedule(client: InferClient, request: bytes, meter: Meter, lag: Recorder,
+async def _schedule(client: InferClient, request: Requests, meter: Meter, lag: Recorder,
                     in_flight: set[asyncio.Task[None]], rate: float, seed: int) -> None:
+    requests = _requests(request)
+    sent = 0
     rng = np.random.default_rng(seed)
     loop = asyncio.get_running_loop()
     clock = time.perf_counter_ns
@@ -141,7 +154,9 @@ async def _schedule(client: InferClient, request: bytes, meter: Meter, lag: Reco
             if len(in_flight) >= MAX_IN_FLIGHT:
                 meter.window.record_error(CLIENT_OVERLOAD)
             else:
-                task = loop.create_task(_open_request(client, request, meter, lag, next_ns))
+                task = loop.create_task(_open_request(client, requests[sent % len(requests)],
+                                                      meter, lag, next_ns))
+                sent += 1
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
             if not gaps:

@@ -20,6 +20,7 @@ from turboinfer.load.runner import (
     LoopResult,
     LoopSettings,
     Progress,
+    Requests,
     StopRule,
     WindowHook,
     closed_loop,
@@ -92,7 +93,7 @@ class Context:
     """What every scenario works with; the report collects what they find."""
 
     client: InferClient
-    request: bytes
+    request: Requests
     info: ModelInfo
     settings: ScenarioSettings
     report: LoadReport

@@ -19,8 +19,9 @@ from turboinfer.load.client import InferClient, make_client
 from turboinfer.load.endpoint import Endpoint
 from turboinfer.load.inputs import ModelInfo, load_inputs, random_inputs
 from turboinfer.load.metrics import MetricsSource
+from turboinfer.load.raw_data import is_raw, raw_requests
 from turboinfer.load.results import LoadReport
-from turboinfer.load.runner import Progress
+from turboinfer.load.runner import Progress, Requests
 from turboinfer.load.scenarios import (
     Context,
     Scenario,
@@ -115,8 +116,21 @@ async def _run(settings: LoadSettings, report: LoadReport, progress: Progress | 
 
 
 async def _prepare(client: InferClient, info: ModelInfo, settings: LoadSettings,
-                   report: LoadReport) -> bytes:
-    """Encode the request once and check that the server accepts it."""
+                   report: LoadReport) -> Requests:
+    """Encode the requests once and check that the server accepts the first."""
+    if settings.input_file is not None and is_raw(settings.input_file):
+        if settings.input_file.is_dir() and not settings.binary:
+            raise InvalidInputError("--input-data with image files needs binary tensors "
+                                    "(JSON carries text only); drop --json-tensors")
+        many = raw_requests(settings.input_file, info, settings.batch_size)
+        report.settings["inputs"] = {name: {"shape": list(a.shape), "dtype": "BYTES",
+                                            "source": str(settings.input_file),
+                                            "requests": len(many)}
+                                     for name, a in many[0].items()}
+        report.settings["max_batch_size"] = info.max_batch_size
+        requests = [client.prepare(info, tensors, binary=settings.binary) for tensors in many]
+        await client.check(requests[0])
+        return requests
     tensors = _tensors(info, settings)
     report.settings["inputs"] = {name: {"shape": list(a.shape), "dtype": str(a.dtype)}
                                  for name, a in tensors.items()}
@@ -135,10 +149,12 @@ async def prepare_request(client: InferClient, settings: LoadSettings) -> bytes:
 
 
 def _tensors(info: ModelInfo, settings: LoadSettings) -> dict[str, np.ndarray]:
-    if not info.inputs:
+    if not info.tensor_inputs:
         raise InvalidInputError(f"model {info.name!r} declares no inputs in its metadata, so "
                                 f"there is nothing to send; declare them on the server")
     if settings.input_file is not None:
+        if is_raw(settings.input_file):
+            return raw_requests(settings.input_file, info, settings.batch_size)[0]
         return load_inputs(settings.input_file, info)
     return random_inputs(info, batch_size=settings.batch_size, shapes=dict(settings.shapes),
                          seed=settings.scenario.seed)

@@ -66,6 +66,8 @@ def optimize(
     calib_count: int | None = None,
     calib_images: str | Path | None = None,
     image_prep: ImagePrep | None = None,
+    calib_text: str | Path | None = None,
+    tokenizer: str | Path | None = None,
     synthetic_calib: bool | None = None,
     eval_data: str | Path | None = None,
     metric: str | None = None,
@@ -81,7 +83,8 @@ def optimize(
     ``eval_data`` (``.npz``, a folder of ``.npy``, or ``package.module:function``) and
     ``metric`` (top1, cosine, f1, mae) say what accuracy is; without them a budget is
     checked as fidelity to FP32 on held-out calibration samples (``calib_data``,
-    ``calib_images`` with ``image_prep``, or ``synthetic_calib``).
+    ``calib_images`` with ``image_prep``, ``calib_text`` lines tokenized with the model
+    folder's ``tokenizer`` json, or ``synthetic_calib``).
     Keywords left as None keep the defaults of ``OptimizeSettings``; ``settings`` replaces
     all of them.
     """
@@ -89,6 +92,7 @@ def optimize(
         settings = settings_from(
             variants, calibrations=calibrations, calib_data=calib_data,
             calib_count=calib_count, calib_images=calib_images, image_prep=image_prep,
+            calib_text=calib_text, tokenizer=tokenizer,
             synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric,
             sensitivity=sensitivity, max_accuracy_drop=max_accuracy_drop)
     return run_optimize(model, Path(output_dir), settings, progress)
@@ -107,6 +111,8 @@ def tune(
     calib_count: int | None = None,
     calib_images: str | Path | None = None,
     image_prep: ImagePrep | None = None,
+    calib_text: str | Path | None = None,
+    tokenizer: str | Path | None = None,
     synthetic_calib: bool | None = None,
     eval_data: str | Path | None = None,
     metric: str | None = None,
@@ -144,6 +150,7 @@ def tune(
     built = tune_optimize_settings(
         max_accuracy_drop=max_accuracy_drop, variants=variants, calib_data=calib_data,
         calib_count=calib_count, calib_images=calib_images, image_prep=image_prep,
+        calib_text=calib_text, tokenizer=tokenizer,
         synthetic_calib=synthetic_calib, eval_data=eval_data, metric=metric,
         train_data=train_data, qat_epochs=qat_epochs, qat_minutes=qat_minutes)
     search = tune_settings_from(

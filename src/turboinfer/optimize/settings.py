@@ -140,6 +140,8 @@ class OptimizeSettings:
     calib_count: int = 500
     calib_images: Path | None = None  # a folder of images, prepared by ``image_prep``
     image_prep: ImagePrep = ImagePrep()
+    calib_text: Path | None = None  # text lines, tokenized with ``tokenizer``
+    tokenizer: Path | None = None  # the model folder's tokenizer.json
     # Inputs drawn from the model's input specs; only when asked: they say little about
     # real data, and a budget measured on them holds only for that distribution.
     synthetic_calib: bool = False
@@ -182,6 +184,8 @@ class OptimizeSettings:
             raise ConfigError("int4 block size must be a power of two from 16 to 256")
         if self.calib_data is not None and self.calib_images is not None:
             raise ConfigError("give --calib-data or --calib-images, not both")
+        if self.calib_text is not None and (self.calib_data or self.calib_images):
+            raise ConfigError("give one of --calib-data, --calib-images, --calib-text")
         if self.calib_images is not None and not self.calib_images.is_dir():
             raise ConfigError(f"--calib-images {self.calib_images}: not a folder")
         if self.eval_data is not None:
@@ -323,7 +327,7 @@ def settings_from(variants: Sequence[str] | None = None, **fields: Any) -> Optim
     budget = values.pop("max_accuracy_drop", None)
     if budget is not None:
         values["budget"] = AccuracyBudget.parse(str(budget))
-    for key in ("calib_data", "calib_images", "train_data"):
+    for key in ("calib_data", "calib_images", "calib_text", "tokenizer", "train_data"):
         if key in values:
             values[key] = Path(values[key])
     if "eval_data" in values:

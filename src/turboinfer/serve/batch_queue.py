@@ -31,6 +31,9 @@ class BatchingSettings:
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_size: int = 1024  # requests; beyond it submit() rejects at once
     default_timeout_s: float | None = None
+    # Inputs whose axis 1 (tokens) may differ between requests: a batch pads them with
+    # zeros to its longest (text models with an attention mask).
+    ragged: frozenset[str] = frozenset()
 
 
 class Pending:
@@ -39,7 +42,8 @@ class Pending:
     __slots__ = ("arrival", "future", "inputs", "rows", "signature", "timeout_s", "timer")
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int,
-                 future: asyncio.Future[Outputs]) -> None:
+                 future: asyncio.Future[Outputs], ragged: frozenset[str] = frozenset()
+                 ) -> None:
         self.inputs = inputs
         self.rows = rows
         self.future = future
@@ -47,7 +51,8 @@ class Pending:
         self.timer: asyncio.TimerHandle | None = None
         self.timeout_s: float | None = None
         # Requests are batched together only if everything but the batch axis agrees.
-        self.signature = tuple((n, a.dtype.str, a.shape[1:]) for n, a in inputs.items())
+        self.signature = tuple((n, a.dtype.str, a.shape[2:] if n in ragged else a.shape[1:])
+                               for n, a in inputs.items())
 
     def expire_after(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         """Fail the request on time even while every instance is busy; leaving the

@@ -88,7 +88,7 @@ class Batcher:
                 f"queue full ({self.settings.max_queue_size} requests waiting); retry later")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outputs] = loop.create_future()
-        item = Pending(inputs, rows, future)
+        item = Pending(inputs, rows, future, self.settings.ragged)
         timeout_s = timeout_s if timeout_s is not None else self.settings.default_timeout_s
         if timeout_s is not None:
             item.expire_after(loop, timeout_s)
@@ -137,7 +137,7 @@ class Batcher:
         deadlines = hold(batch)  # a request's timeout holds while the engine runs it
         try:
             start = time.perf_counter()
-            feeds = _merge(batch)
+            feeds = _merge(batch, self.settings.ragged)
             merged = time.perf_counter()
             outputs = await instance.run(feeds)
             ran = time.perf_counter()
@@ -193,11 +193,28 @@ def _cancel(tasks: list[asyncio.Task[None]]) -> None:
         task.cancel()  # _execute fails the batch's requests; a finished task ignores it
 
 
-def _merge(batch: list[Pending]) -> dict[str, np.ndarray]:
+def _merge(batch: list[Pending], ragged: frozenset[str] = frozenset()
+           ) -> dict[str, np.ndarray]:
     if len(batch) == 1:
         return batch[0].inputs
     names = batch[0].inputs
-    return {name: np.concatenate([p.inputs[name] for p in batch]) for name in names}
+    return {name: _padded([p.inputs[name] for p in batch]) if name in ragged
+            else np.concatenate([p.inputs[name] for p in batch]) for name in names}
+
+
+def _padded(parts: list[np.ndarray]) -> np.ndarray:
+    """Requests' token tensors ``[n_i, L_i, ...]`` as one ``[sum n_i, max L_i, ...]``,
+    zero-padded on the right (the attention mask's zeros hide the padding)."""
+    width = max(part.shape[1] for part in parts)
+    if all(part.shape[1] == width for part in parts):
+        return np.concatenate(parts)
+    first = parts[0]
+    merged = np.zeros((sum(len(p) for p in parts), width, *first.shape[2:]), first.dtype)
+    row = 0
+    for part in parts:
+        merged[row:row + len(part), : part.shape[1]] = part
+        row += len(part)
+    return merged
 
 
 def _scatter(batch: list[Pending], outputs: Outputs) -> None:

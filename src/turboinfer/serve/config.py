@@ -77,6 +77,9 @@ version folders, each holding the model file::
                                  # a fixed axis, the batch axis or max_dynamic_dim)
     max_dynamic_dim: 65536       # the cap on a dynamic axis max_dims leaves open (the
                                  # batch axis aside: max_batch_size holds it)
+    preprocess: []               # images and text decoded in the server before batching
+    postprocess: []              # labels, classes, embeddings added after it
+    labels: {}                   # output -> label file (serve/prepost_config.py)
 
 Validation happens once, here, at the edge; the rest of the code takes the frozen result.
 """
@@ -100,6 +103,7 @@ from turboinfer.engines.base import (
     Toggle,
 )
 from turboinfer.errors import ConfigError
+from turboinfer.serve.prepost_config import Postprocess, Preprocess, resolve
 
 CONFIG_FILE = "config.yaml"
 
@@ -208,6 +212,9 @@ class ModelConfig(_Strict):
     max_dims: dict[str, list[Annotated[int, Field(ge=1)] | None]] = Field(
         default_factory=dict)
     max_dynamic_dim: int = Field(default=65536, ge=1)
+    preprocess: tuple[Preprocess, ...] = ()
+    postprocess: tuple[Postprocess, ...] = ()
+    labels: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _source_is_torch(self) -> ModelConfig:
@@ -219,6 +226,15 @@ class ModelConfig(_Strict):
     @property
     def batching(self) -> bool:
         return self.max_batch_size > 0
+
+    def with_files_under(self, base: Path) -> ModelConfig:
+        """The config with its tokenizer and label paths made absolute under ``base``."""
+        pre = tuple(p.model_copy(update={"tokenizer": resolve(base, p.tokenizer)})
+                    if p.kind == "text" else p for p in self.preprocess)
+        labels = {name: resolve(base, file) for name, file in self.labels.items()}
+        if pre == self.preprocess and labels == self.labels:
+            return self
+        return self.model_copy(update={"preprocess": pre, "labels": labels})
 
 
 def load_config(path: Path) -> ModelConfig:

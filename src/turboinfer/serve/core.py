@@ -22,7 +22,8 @@ from turboinfer.serve.protocol import InferRequest, datatype_of
 from turboinfer.serve.repository import Repository
 from turboinfer.serve.version import ServedVersion
 
-EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "schedule_policy"]
+EXTENSIONS = ["binary_tensor_data", "classification", "model_repository", "statistics",
+              "schedule_policy"]
 DEFAULT_ZOO_MODELS = ("digits-cnn", "resnet18")
 
 
@@ -168,10 +169,18 @@ def triton_config(served: ServedVersion) -> dict[str, Any]:
         return {"name": spec.name, "data_type": _TYPES.get(datatype, f"TYPE_{datatype}"),
                 "dims": dims[1:] if batching else dims}
 
+    # A raw input (images, strings) and the tensors it fills are alternatives: each is
+    # optional, as Triton marks an input a request may leave out.
+    fills = served.pipeline.fills
+    filled = {name for names in fills.values() for name in names}
+    inputs = [tensor(s) | ({"optional": True} if s.name in filled else {})
+              for s in served.inputs]
+    inputs += [{"name": name, "data_type": "TYPE_STRING", "dims": [1] if batching else [-1],
+                "optional": True} for name in fills]
     result: dict[str, Any] = {
         "name": served.name, "platform": served.platform, "backend": config.engine,
         "max_batch_size": config.max_batch_size,
-        "input": [tensor(s) for s in served.inputs],
+        "input": inputs,
         "output": [tensor(s) for s in served.outputs],
         "instance_group": [_instance_group(config)],
         "version_policy": _version_policy(served),

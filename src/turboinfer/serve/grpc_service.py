@@ -34,6 +34,7 @@ from turboinfer.serve.protocol import (
     apply_parameters,
     check_tensor_parameters,
     check_unique_outputs,
+    classification_count,
     datatype_of,
     from_raw,
     from_values,
@@ -125,8 +126,8 @@ def _values(params: Any) -> dict[str, Any] | None:
 
 
 def _output(output: Any) -> RequestedOutput:
-    check_tensor_parameters(f"output {output.name!r}", _values(output.parameters))
-    return RequestedOutput(output.name, True)
+    params = check_tensor_parameters(f"output {output.name!r}", _values(output.parameters))
+    return RequestedOutput(output.name, True, classification_count(output.name, params))
 
 
 def _from_contents(tensor: Any, dtype: np.dtype, shape: tuple[int, ...],
@@ -176,7 +177,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
             data = self.core.model_metadata(request.name, request.version or None)
-            return json_format.ParseDict(data, service_pb2.ModelMetadataResponse())
+            # The raw inputs' parameters (what they fill) have no field in the protobuf.
+            return json_format.ParseDict(data, service_pb2.ModelMetadataResponse(),
+                                         ignore_unknown_fields=True)
         return await _guard(context, call)
 
     async def ModelConfig(self, request: Any, context: Any) -> Any:

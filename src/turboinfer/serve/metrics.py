@@ -67,6 +67,14 @@ class Metrics:
         self.queue_time = self._histogram("queue_duration_seconds", "Time spent queued")
         self.compute_time = self._histogram("compute_duration_seconds",
                                             "Batch compute time (input, infer, output)")
+        # The server's own pre- and post-processing (decoding images, tokenizing text;
+        # labels, pooling): per request that had any, outside queue and compute.
+        self.preprocess_time = self._histogram("preprocess_duration_seconds",
+                                               "Pre-processing time of a request (decode, "
+                                               "tokenize), before it is queued")
+        self.postprocess_time = self._histogram("postprocess_duration_seconds",
+                                                "Post-processing time of a request (labels, "
+                                                "pooling), after its batch ran")
         self.batch_size = Histogram(f"{PREFIX}_batch_size", "Rows per executed batch",
                                     LABELS, buckets=BATCH_BUCKETS, registry=r)
         self.pending = Gauge(f"{PREFIX}_pending_requests", "Requests waiting in queues",
@@ -125,7 +133,8 @@ class Metrics:
         """Drop an unloaded version's series so /metrics does not grow forever."""
         self.versions.pop((model, version), None)
         for family in (self.success, self.inferences, self.executions, self.request_time,
-                       self.queue_time, self.compute_time, self.batch_size, self.pending,
+                       self.queue_time, self.compute_time, self.preprocess_time,
+                       self.postprocess_time, self.batch_size, self.pending,
                        self.instances, self.cold_start, self.last_cold_start):
             with contextlib.suppress(KeyError):  # never observed: nothing to remove
                 family.remove(model, version)
@@ -170,6 +179,8 @@ class VersionStats(BatchObserver):
         self._request_time = metrics.request_time.labels(*labels)
         self._queue_time = metrics.queue_time.labels(*labels)
         self._compute_time = metrics.compute_time.labels(*labels)
+        self._preprocess_time = metrics.preprocess_time.labels(*labels)
+        self._postprocess_time = metrics.postprocess_time.labels(*labels)
         self._batch_size = metrics.batch_size.labels(*labels)
         self._pending = metrics.pending.labels(*labels)
         self._failures: dict[str, Any] = {}  # reason -> its counter, made on first use
@@ -208,6 +219,12 @@ class VersionStats(BatchObserver):
         self._executions.inc()
         self._batch_size.observe(rows)
         self._compute_time.observe(input_s + infer_s + output_s)
+
+    def preprocessed(self, seconds: float) -> None:
+        self._preprocess_time.observe(seconds)
+
+    def postprocessed(self, seconds: float) -> None:
+        self._postprocess_time.observe(seconds)
 
     def request(self, seconds: float, pending: int) -> None:
         self.success.add(seconds)

@@ -33,7 +33,8 @@ from turboinfer.serve.datatypes import (
 from turboinfer.serve.json_body import parse_json
 
 __all__ = ["DATATYPES", "InferRequest", "RequestedOutput", "apply_parameters",
-           "check_tensor_parameters", "datatype_of", "decode_request", "encode_response",
+           "check_tensor_parameters", "classification_count", "datatype_of", "decode_request",
+           "encode_response",
            "from_raw", "from_values", "raw_bytes", "serialize_bytes", "tensor_spec"]
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
@@ -44,14 +45,14 @@ _UNSUPPORTED_REQUEST = {"sequence_id": "sequence batching",
                         "sequence_end": "sequence batching"}
 _UNSUPPORTED_TENSOR = {"shared_memory_region": "the shared-memory extension",
                        "shared_memory_byte_size": "the shared-memory extension",
-                       "shared_memory_offset": "the shared-memory extension",
-                       "classification": "the classification extension"}
+                       "shared_memory_offset": "the shared-memory extension"}
 
 
 @dataclass(frozen=True, slots=True)
 class RequestedOutput:
     name: str
     binary: bool
+    classification: int = 0  # the classification extension's count; 0: the raw tensor
 
 
 @dataclass(slots=True)
@@ -219,9 +220,18 @@ def _decode_outputs(items: Any, default_binary: bool) -> list[RequestedOutput] |
         binary = params.get("binary_data", default_binary)
         if not isinstance(binary, bool):
             raise InvalidInputError(f"output {name!r}: binary_data must be true or false")
-        outputs.append(RequestedOutput(name, binary))
+        outputs.append(RequestedOutput(name, binary, classification_count(name, params)))
     check_unique_outputs(outputs)
     return outputs
+
+
+def classification_count(name: str, params: dict[str, Any]) -> int:
+    """The ``classification`` parameter of a requested output: a count >= 1, or 0."""
+    count = params.get("classification", 0)
+    if type(count) is not int or count < 0:
+        raise InvalidInputError(f"output {name!r}: classification must be an integer >= 1, "
+                                f"got {count!r}")
+    return count
 
 
 def check_unique_outputs(outputs: list[RequestedOutput]) -> None:

@@ -15,6 +15,7 @@ from turboinfer.engines import ModelArtifact
 from turboinfer.errors import ConfigError, UnknownModelError
 from turboinfer.models import resolve_model
 from turboinfer.serve.config import CONFIG_FILE, DynamicBatching, ModelConfig, load_config
+from turboinfer.serve.zoo_prepost import with_prepost
 
 # A version's fingerprint: (mtime_ns, size) of its model file, None when the file is absent.
 Fingerprint = tuple[int, int] | None
@@ -52,6 +53,7 @@ class DirectorySource:
 
     def read(self) -> Snapshot:
         config = load_config(self.path / CONFIG_FILE)  # ConfigError names file and key
+        config = config.with_files_under(self.path)
         try:
             folders = [p for p in self.path.iterdir() if p.is_dir() and p.name.isdigit()]
         except OSError as exc:
@@ -82,14 +84,18 @@ ZOO_CONFIG = ModelConfig(max_batch_size=32,
 
 
 class ZooSource:
-    """A built-in model as version 1; built (exported to ONNX, cached) on first load."""
+    """A built-in model as version 1; built (exported to ONNX, cached) on first load.
+    Image and text models take raw inputs too (``zoo_prepost``)."""
 
     def __init__(self, name: str, config: ModelConfig = ZOO_CONFIG) -> None:
         self.name = name
         self.config = config
+        self._prepared: ModelConfig | None = None
 
     def read(self) -> Snapshot:
-        return Snapshot(self.config, {1: (0, 0)})
+        if self._prepared is None:  # finding the tokenizer imports the model's module
+            self._prepared = with_prepost(self.name, self.config)
+        return Snapshot(self._prepared, {1: (0, 0)})
 
     def artifact(self, version: int, config: ModelConfig) -> ModelArtifact:
         return resolve_model(f"builtin:{self.name}").artifact

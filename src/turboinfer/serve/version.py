@@ -20,20 +20,22 @@ from turboinfer.serve.batcher import Batcher, BatchingSettings
 from turboinfer.serve.config import ModelConfig
 from turboinfer.serve.instances import InstancePool, InstanceSettings
 from turboinfer.serve.metrics import Metrics, VersionStats, weight_bytes
+from turboinfer.serve.pipeline import Pipeline
 from turboinfer.serve.protocol import InferRequest, check_requested_outputs, datatype_of
 
 PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino",
              "torch": "pytorch_libtorch"}
 
 
-def batching_settings(config: ModelConfig) -> BatchingSettings:
+def batching_settings(config: ModelConfig,
+                      ragged: frozenset[str] = frozenset()) -> BatchingSettings:
     dynamic = config.dynamic_batching
     if dynamic is None:
         # Batching on without a dynamic_batching section: opportunistic batches, no wait.
-        return BatchingSettings(max_batch_size=config.max_batch_size)
+        return BatchingSettings(max_batch_size=config.max_batch_size, ragged=ragged)
     timeout = dynamic.default_timeout_ms
     return BatchingSettings(
-        max_batch_size=config.max_batch_size,
+        max_batch_size=config.max_batch_size, ragged=ragged,
         max_queue_delay_s=dynamic.max_queue_delay_ms / 1000,
         preferred_batch_sizes=tuple(p for p in dynamic.preferred_batch_sizes
                                     if p <= config.max_batch_size),
@@ -50,7 +52,7 @@ def instance_settings(config: ModelConfig) -> InstanceSettings:
 
 class ServedVersion:
     def __init__(self, name: str, version: int, config: ModelConfig, pool: InstancePool,
-                 stats: VersionStats) -> None:
+                 stats: VersionStats, pipeline: Pipeline | None = None) -> None:
         self.name, self.version, self.config = name, version, config
         self.label = str(version)
         self.pool = pool
@@ -59,27 +61,35 @@ class ServedVersion:
         self.inputs: list[TensorSpec] = session.inputs
         self.outputs: list[TensorSpec] = session.outputs
         self._specs = {spec.name: spec for spec in self.inputs}
-        self._output_names = [spec.name for spec in self.outputs]
         self._batching = config.batching
         _check_batch_axes(name, self.inputs, self._batching)
         self._limits = axis_limits(name, self.inputs, config)
-        self.batcher = Batcher(pool, batching_settings(config), stats)
+        self.pipeline = pipeline or Pipeline(name, config, self.inputs, self.outputs)
+        self._output_names = [spec.name for spec in self.outputs + self.pipeline.extra_outputs]
+        self.batcher = Batcher(pool, batching_settings(config, self.pipeline.ragged), stats)
 
     @classmethod
     async def load(cls, name: str, version: int, artifact: ModelArtifact,
                    config: ModelConfig, metrics: Metrics) -> ServedVersion:
         """Build the sessions on a worker thread, start the batcher, warm every instance."""
         pool = await asyncio.to_thread(InstancePool.load, artifact, instance_settings(config))
+        pipeline: Pipeline | None = None
         try:
+            session = pool.sessions[0]
+            # Reading a tokenizer or a label file blocks: off the event loop.
+            pipeline = await asyncio.to_thread(Pipeline, name, config, session.inputs,
+                                               session.outputs)
             stats = metrics.for_version(name, str(version),
                                         max_batch_size=config.max_batch_size,
                                         weight_bytes=weight_bytes(artifact.onnx_path),
                                         on_gpu=config.engine_settings.on_gpu)
-            served = cls(name, version, config, pool, stats)
+            served = cls(name, version, config, pool, stats, pipeline)
             await served.warm_up()
             metrics.serving(stats)
         except BaseException:
             pool.close()
+            if pipeline is not None:
+                pipeline.close()
             raise
         served.batcher.start()
         return served
@@ -94,11 +104,19 @@ class ServedVersion:
 
     async def infer(self, request: InferRequest) -> dict[str, np.ndarray]:
         start = time.perf_counter()
-        batcher = self.batcher
+        batcher, pipeline, stats = self.batcher, self.pipeline, self.stats
         try:
+            if pipeline.preprocesses:
+                pre_s = await pipeline.prepare(request)
+                if pre_s:
+                    stats.preprocessed(pre_s)
             rows = self._check(request)
             outputs = await batcher.submit(request.inputs, rows, request.priority,
                                            request.timeout_s)
+            if pipeline.steps or _classifies(request):
+                post_start = time.perf_counter()
+                outputs = pipeline.finish(request, outputs)
+                stats.postprocessed(time.perf_counter() - post_start)
         except TurboinferError as exc:
             self.stats.failed(time.perf_counter() - start, _reason(exc), batcher.pending)
             raise
@@ -139,18 +157,23 @@ class ServedVersion:
         """Let queued and running requests finish on this version, then free it."""
         await self.batcher.drain(timeout_s)
         self.pool.close()
+        self.pipeline.close()
 
     def tensor_metadata(self) -> dict[str, list[dict[str, Any]]]:
         def describe(spec: TensorSpec) -> dict[str, Any]:
             shape = [d if isinstance(d, int) else -1 for d in spec.shape]
             return {"name": spec.name, "datatype": datatype_of(spec.dtype), "shape": shape}
 
-        return {"inputs": [describe(s) for s in self.inputs],
-                "outputs": [describe(s) for s in self.outputs]}
+        return {"inputs": [describe(s) for s in self.inputs] + self.pipeline.raw_metadata(),
+                "outputs": [describe(s) for s in self.outputs + self.pipeline.extra_outputs]}
 
     @property
     def platform(self) -> str:
         return PLATFORMS.get(self.config.engine, self.config.engine)
+
+
+def _classifies(request: InferRequest) -> bool:
+    return request.outputs is not None and any(o.classification for o in request.outputs)
 
 
 def _check_batch_axes(name: str, specs: list[TensorSpec], batching: bool) -> None:

@@ -26,6 +26,7 @@ from turboinfer.engines.base import TensorSpec, format_shape
 from turboinfer.errors import ConfigError, InvalidInputError
 from turboinfer.optimize.data.images import load_images
 from turboinfer.optimize.data.synthetic import synthetic_feeds
+from turboinfer.optimize.data.text import load_text
 from turboinfer.optimize.settings import CalibrationMethod, OptimizeSettings
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,9 @@ def _read_source(entry: Any, specs: list[TensorSpec], settings: OptimizeSettings
     if settings.calib_images is not None:
         images = load_images(settings.calib_images, specs, settings.image_prep, count)
         return images, f"images in {settings.calib_images}"
+    if settings.calib_text is not None:
+        text = load_text(settings.calib_text, settings.tokenizer, specs, count)
+        return text, f"text lines of {settings.calib_text}"
     if entry is not None:
         return dict(entry.calibration(count)), f"builtin:{entry.name}"
     if settings.synthetic_calib:
@@ -131,7 +135,7 @@ def _read_source(entry: Any, specs: list[TensorSpec], settings: OptimizeSettings
         return synthetic_feeds(specs, count, model_path), "synthetic (from the input specs)"
     raise ConfigError("no calibration data for this model: pass --calib-data PATH (.npz or "
                       "a folder of .npy, one array per input name), --calib-images DIR, "
-                      "or --synthetic-calib")
+                      "--calib-text FILE or --synthetic-calib")
 
 
 def read_user_data(path: Path) -> Feeds:

@@ -21,8 +21,8 @@ from turboinfer.optimize.settings import OptimizeSettings
 
 NOTHING_TO_MEASURE = (
     "--max-accuracy-drop has nothing to measure against for this model: pass --eval-data "
-    "(inputs and labels, or package.module:function), --calib-data or --calib-images (part "
-    "is held out to compare with the FP32 model), or --synthetic-calib")
+    "(inputs and labels, or package.module:function), --calib-data, --calib-images or "
+    "--calib-text (part is held out to compare with the FP32 model), or --synthetic-calib")
 
 
 def eval_batch(specs: list[TensorSpec]) -> int:
@@ -68,4 +68,5 @@ def _labelled(resolved: ResolvedModel, source: Path, specs: list[TensorSpec],
 
 def _has_inputs(resolved: ResolvedModel, settings: OptimizeSettings) -> bool:
     return (settings.calib_data is not None or settings.calib_images is not None
-            or settings.synthetic_calib or resolved.entry is not None)
+            or settings.calib_text is not None or settings.synthetic_calib
+            or resolved.entry is not None)
