@@ -79,6 +79,8 @@ def quantized_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 # Shares of the observed range tried as each layer's starting clip.
 CLIP_SHARES = (1.0, 0.8, 0.6, 0.45, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05)
+# Samples the clip search runs (shares x layers forwards): the first of the batches.
+SEARCH_SAMPLES = 16
 
 
 @torch.no_grad()
@@ -86,9 +88,10 @@ def observe_inputs(model: nn.Module, batches: Iterable[tuple[torch.Tensor, ...]]
                    ) -> dict[str, tuple[float, float]]:
     """Each quantized layer's starting input range, chosen by what it does to the output.
 
-    The observed min and max (MinMax) are the first candidate; for each layer alone, the
-    share of that range whose 8-bit quantization moves the model's output least (squared
-    error against the float output, on ``batches``) is kept. A few large channels that
+    The observed min and max over ``batches`` (MinMax) are the first candidate; for each
+    layer alone, the share of that range whose 8-bit quantization moves the model's
+    output least (squared error against the float output, on the first
+    ``SEARCH_SAMPLES`` samples) is kept. A few large channels that
     stretch a per-tensor range (why post-training calibration fails) then give way to a
     clip where the output says so, and training moves the ends from there. A squared
     error on the activations themselves would keep the large values and lose the rest.
@@ -109,7 +112,9 @@ def observe_inputs(model: nn.Module, batches: Iterable[tuple[torch.Tensor, ...]]
         for handle in handles:
             handle.remove()
     layers = dict(quantized_layers(model))
-    return {name: _best_clip(model, layers[name], batches, reference, low, high)
+    search = [tuple(t[:SEARCH_SAMPLES] for t in batches[0])] if batches else []
+    targets = [r[:SEARCH_SAMPLES] for r in reference[:1]]
+    return {name: _best_clip(model, layers[name], search, targets, low, high)
             for name, (low, high) in observed.items()}
 
 
