@@ -88,6 +88,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -265,28 +266,20 @@ def write_entry(repo: Path, name: str, model_file: Path, config: ModelConfig,
     """Add ``model_file`` as a version of ``name`` in ``repo`` (next number by default)
     and write the config. Returns the version folder. The file is copied in and moved
     into place last, so a poller never sees a half-written version."""
-    model_dir = repo / name
-    try:
-        model_dir.mkdir(parents=True, exist_ok=True)
-        existing = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
-        number = version if version is not None else max(existing, default=0) + 1
-        final = model_dir / str(number)
-        staging = Path(tempfile.mkdtemp(prefix=f".{number}-", dir=model_dir))
-        stored = Path(config.model_file).with_suffix(model_file.suffix)
-        if stored.name != config.model_file:  # the file keeps its format's suffix
-            config = config.model_copy(update={"model_file": stored.name})
-        shutil.copyfile(model_file, staging / config.model_file)
+
+    def fill(staging: Path) -> ModelConfig:
+        entry = config
+        stored = Path(entry.model_file).with_suffix(model_file.suffix)
+        if stored.name != entry.model_file:  # the file keeps its format's suffix
+            entry = entry.model_copy(update={"model_file": stored.name})
+        shutil.copyfile(model_file, staging / entry.model_file)
         for extra in model_file.parent.glob(model_file.name + ".data"):
             shutil.copyfile(extra, staging / extra.name)
         if model_file.suffix == ".xml":  # OpenVINO IR: the weights sit beside, same stem
             shutil.copyfile(model_file.with_suffix(".bin"), staging / stored.with_suffix(".bin"))
-        dump_config(config, model_dir / CONFIG_FILE)
-        if final.exists():
-            shutil.rmtree(final)
-        staging.rename(final)
-    except OSError as exc:
-        raise ConfigError(f"cannot write repository entry {model_dir}: {exc.strerror}") from None
-    return final
+        return entry
+
+    return _add_version(repo / name, version, fill)
 
 
 def write_source_entry(repo: Path, name: str, config: ModelConfig,
@@ -296,14 +289,20 @@ def write_source_entry(repo: Path, name: str, config: ModelConfig,
     ``write_entry`` does. Returns the version folder."""
     if config.source is None:
         raise ConfigError("an entry without a model file needs source: (engine torch)")
-    model_dir = repo / name
+    return _add_version(repo / name, version, lambda staging: config)
+
+
+def _add_version(model_dir: Path, version: int | None,
+                 fill: Callable[[Path], ModelConfig]) -> Path:
+    """A version folder filled by ``fill`` (which returns the config to write) under a
+    hidden name, then renamed into place (next number when ``version`` is None)."""
     try:
         model_dir.mkdir(parents=True, exist_ok=True)
         existing = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
         number = version if version is not None else max(existing, default=0) + 1
         final = model_dir / str(number)
         staging = Path(tempfile.mkdtemp(prefix=f".{number}-", dir=model_dir))
-        dump_config(config, model_dir / CONFIG_FILE)
+        dump_config(fill(staging), model_dir / CONFIG_FILE)
         if final.exists():
             shutil.rmtree(final)
         staging.rename(final)
