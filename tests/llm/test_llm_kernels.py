@@ -21,7 +21,13 @@ from turboinfer.llm.backends.cpu.kernels import (
 )
 from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.loader import load_model
-from turboinfer.llm.model.quant import dequantize_int4, quantize_int4, quantize_int8
+from turboinfer.llm.model.quant import (
+    dequantize_int4,
+    layer_mode,
+    quantize_int4,
+    quantize_int8,
+    quantize_model,
+)
 
 # Relative error (norm of the difference over the norm of the reference) each format may
 # show against the fp32 layer: fp32 is exact up to summation order; int8 weights round
@@ -86,11 +92,12 @@ def test_a_close_native_kernel_wins_at_one_row(monkeypatch: pytest.MonkeyPatch, 
 
 def _dequantized(model: nn.Module, mode: QuantMode) -> nn.Module:
     """``model`` with each linear weight replaced by what its quantized form stands for."""
-    for module in model.modules():
-        if isinstance(module, nn.Linear) and mode is QuantMode.INT8:
+    for path, module in model.named_modules():
+        fmt = layer_mode(mode, path.rpartition(".")[2])
+        if isinstance(module, nn.Linear) and fmt is QuantMode.INT8:
             q, scales = quantize_int8(module.weight.data)
             module.weight = nn.Parameter(q.float() * scales[:, None], requires_grad=False)
-        elif isinstance(module, nn.Linear) and mode is QuantMode.INT4:
+        elif isinstance(module, nn.Linear) and fmt is QuantMode.INT4:
             deq = dequantize_int4(*quantize_int4(module.weight.data, 32), 32)
             module.weight = nn.Parameter(deq, requires_grad=False)
     return model
@@ -119,6 +126,19 @@ def test_int4_keeps_fp32_for_shapes_it_cannot_hold() -> None:
     choices = select_kernels(model, QuantMode.INT4, measure=False)
     modes = {(c.in_features, c.mode) for c in choices}
     assert modes == {(40, "none"), (64, "int4")}
+
+
+def test_int4_keeps_the_lm_head_in_int8(tiny_llama_dir: Path) -> None:
+    """As llama.cpp keeps its output tensor at 6-8 bits: the head is one wide layer whose
+    rounding reaches every logit."""
+    model = load_model(tiny_llama_dir)
+    select_kernels(model, QuantMode.INT4, measure=False)
+    assert model.lm_head.small.name.startswith("int8_")
+    assert model.layers[0].mlp.down_proj.small.name.startswith("int4_")
+    torch_path = load_model(tiny_llama_dir)
+    quantize_model(torch_path, QuantMode.INT4)
+    assert type(torch_path.lm_head).__name__ == "Int8Linear"
+    assert type(torch_path.layers[0].mlp.down_proj).__name__ == "Int4Linear"
 
 
 @pytest.mark.parametrize("bias", [False, True])

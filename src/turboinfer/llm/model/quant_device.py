@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turboinfer.llm.model.config import QuantMode
-from turboinfer.llm.model.quant import quantize_int4, quantize_int8
+from turboinfer.llm.model.quant import layer_mode, quantize_int4, quantize_int8
 
 KERNEL_DTYPE = torch.bfloat16
 # Kernel vs fallback at load: a wrong layout is off by the weights' own size, rounding
@@ -150,7 +150,8 @@ def _try_kernel(layer: QuantLinear, dtype: torch.dtype) -> bool:
 def quantize_for_device(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                         kernels: bool = True) -> dict[str, int]:
     """Replace the linear layers of ``model`` (on its device, in its dtype) in place; a
-    tied LM head is quantized as its own copy, the embedding stays as it is. Returns
+    tied LM head is quantized as its own copy (int8 under int4), the embedding stays as
+    it is. Returns
     how many layers run on torch's kernel and how many on the fallback."""
     counts = {"kernel": 0, "dequant": 0}
     if mode is QuantMode.NONE:
@@ -160,7 +161,7 @@ def quantize_for_device(model: nn.Module, mode: QuantMode, *, group_size: int = 
         for name, child in list(parent.named_children()):
             if not isinstance(child, nn.Linear):
                 continue
-            layer = quantized_linear(child, mode, group_size)
+            layer = quantized_linear(child, layer_mode(mode, name), group_size)
             if layer is None:
                 continue
             shape = (child.out_features, child.in_features)

@@ -37,6 +37,7 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     supports,
 )
 from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.model.quant import layer_mode
 
 ROW_COUNTS = (1, 16)
 # A prompt chunk (the engine's default token budget per step). Compute-bound, so timed
@@ -251,7 +252,8 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
     """Swap every ``nn.Linear`` for a ``SelectedLinear`` on the measured-fastest kernels.
 
     A layer the format cannot hold (int4 needs whole groups) keeps fp32 candidates. A tied
-    LM head gets its own copy; the embedding table stays in float. ``measure=False``
+    LM head gets its own copy (int8 under int4: ``layer_mode``); the embedding table stays
+    in float. ``measure=False``
     takes each format's first candidate without timing. ``prefill_rows`` (0: none) adds
     a third row count for prompt chunks to fp32 layers, except for those named in
     ``few_rows_only``: the engine projects only the rows it samples from through the LM
@@ -275,29 +277,30 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
             for name, child in list(parent.named_children()):
                 if not isinstance(child, nn.Linear):
                     continue
-                layer_mode = (mode if supports(mode, child.out_features, child.in_features,
-                                               group_size) else QuantMode.NONE)
+                wanted = layer_mode(mode, name)
+                fmt = (wanted if supports(wanted, child.out_features, child.in_features,
+                                          group_size) else QuantMode.NONE)
                 # fp32 only: a quantized format's 512-row winner may quantize activations
                 # differently from its few-rows kernels (per tensor instead of per row),
                 # which moves its accuracy, not only its speed.
                 tiers = ((few, many) if not prefill_rows or name in few_rows_only
-                         or layer_mode is not QuantMode.NONE else (few, many, prefill_rows))
-                choices = [_decide(layer_mode, child, rows, group_size, measure)
+                         or fmt is not QuantMode.NONE else (few, many, prefill_rows))
+                choices = [_decide(fmt, child, rows, group_size, measure)
                            for rows in tiers]
                 for choice in choices:
                     key = (choice.mode, choice.out_features, choice.in_features, choice.rows)
                     used[key] = (choice, used.get(key, (choice, 0))[1] + 1)
                 kernels = [choice.chosen for choice in choices]
-                small, specific = _build(layer_mode, kernels[0], child, few, group_size)
+                small, specific = _build(fmt, kernels[0], child, few, group_size)
                 large = (small if kernels[1] == kernels[0] and not specific
-                         else _build(layer_mode, kernels[1], child, many, group_size)[0])
+                         else _build(fmt, kernels[1], child, many, group_size)[0])
                 prefill = None
                 if len(tiers) == 3 and _worth_a_kernel(choices[2], kernels[1]):
                     built = {kernels[0]: small, kernels[1]: large}
                     if kernels[2] in built and not specific:
                         prefill = built[kernels[2]]
                     elif _weight_bytes(child) <= budget:
-                        prefill = _build(layer_mode, kernels[2], child, prefill_rows,
+                        prefill = _build(fmt, kernels[2], child, prefill_rows,
                                          group_size)[0]
                         budget -= _weight_bytes(child)
                 setattr(parent, name, SelectedLinear(small, large, split, child.in_features,
