@@ -21,6 +21,11 @@ import orjson
 from turboinfer.optimize import tune
 
 
+def _planned_qps(candidate: dict[str, Any]) -> float:
+    """The throughput ``tune`` planned for a candidate (its batch size within the SLO)."""
+    return float((candidate.get("plan") or {}).get("qps") or 0.0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--budget", default="0.5")
@@ -37,8 +42,7 @@ def main() -> None:
     best: dict[str, dict[str, Any]] = {}
     for c in report["candidates"]:
         key = c.get("variant_name") or c.get("variant")
-        rate = c.get("throughput_rps") or 0.0
-        if key not in best or rate > (best[key].get("throughput_rps") or 0.0):
+        if key not in best or _planned_qps(c) > _planned_qps(best[key]):
             best[key] = c
     out = {"model": "builtin:digits-dsconv", "budget": args.budget,
            "slo_p99_ms": args.slo_p99_ms, "chosen": report["chosen"], "variants": variants,
@@ -47,8 +51,10 @@ def main() -> None:
            "elapsed_s": report["elapsed_s"]}
     args.out.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
     chosen = report["chosen"] or {}
-    print("chosen:", {k: chosen.get(k) for k in ("variant_name", "variant", "engine",
-                                                  "throughput_rps", "batch_size")})
+    print("chosen:", {k: chosen.get(k) for k in ("variant", "engine", "threads")},
+          "planned qps", round(_planned_qps(chosen)))
+    for name, c in best.items():
+        print(f"{name:<24} best candidate {c['label']}: planned qps {_planned_qps(c):,.0f}")
     for name, row in variants.items():
         print(f"{name:<24} {row}")
 
