@@ -56,18 +56,49 @@ def _filter_top_k_top_p(scaled: torch.Tensor, params: Seq[SamplingParams],
     return torch.empty_like(scaled).scatter_(1, order, sorted_logits)
 
 
+def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One index per row of ``[N, V]`` non-negative weights (any scale) from ``N``
+    uniforms in [0, 1), by the inverse of each row's cumulative distribution: the first
+    index whose running sum exceeds u times the row's total.
+
+    ``torch.multinomial`` took 1 ms a row over a 49,152-token vocabulary on the CPU (16 ms
+    for 16 rows: a fifth of SmolLM2-135M's whole batch-16 step), whichever way it was
+    called; this takes 0.5 ms for the 16. A token of zero weight (masked by a grammar,
+    cut by top-k or top-p) owns an empty interval of the sum and is never drawn.
+    """
+    cdf = probs.cumsum(dim=-1)
+    target = uniforms.to(cdf.device, cdf.dtype)[:, None] * cdf[:, -1:]
+    index = torch.searchsorted(cdf, target, right=True).squeeze(1)
+    index.clamp_(max=probs.shape[1] - 1)
+    # u x total can round up to the total (about once in 2**24 draws): the row's last
+    # token with weight then, never one without.
+    empty = probs.gather(1, index[:, None]).squeeze(1) <= 0
+    # Checked on the CPU only: on a GPU the check would wait for the device.
+    if probs.device.type != "cpu" or bool(empty.any()):
+        index = torch.where(empty, cdf.argmax(dim=-1), index)
+    return index
+
+
 def sample_from_probs(probs: torch.Tensor, generators: Seq[torch.Generator | None],
                       default: torch.Generator) -> torch.Tensor:
-    """One token per row. Rows with their own generator draw from it (reproducible per
-    request regardless of batch mates); the rest share ``default`` in one batched call."""
-    out = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
+    """One token per row. Rows with their own generator draw their uniform from it
+    (reproducible per request regardless of batch mates); the rest share ``default``."""
     shared = [i for i, g in enumerate(generators) if g is None]
+    uniforms = torch.empty(probs.shape[0], device=probs.device)
     if shared:
-        out[shared] = torch.multinomial(probs[shared], 1, generator=default).squeeze(1)
+        uniforms[shared] = torch.rand(len(shared), generator=default,
+                                      device=default.device).to(probs.device)
     for i, gen in enumerate(generators):
         if gen is not None:
-            out[i] = torch.multinomial(probs[i], 1, generator=gen)[0]
-    return out
+            uniforms[i] = torch.rand((), generator=gen, device=gen.device)
+    return draw(probs, uniforms)
+
+
+def draw_one(weights: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """One index from a ``[V]`` row of non-negative weights (``draw`` for one row)."""
+    uniform = torch.rand(1, generator=generator,
+                         device=None if generator is None else generator.device)
+    return int(draw(weights[None], uniform)[0])
 
 
 def argmax_rows(logits: torch.Tensor) -> list[int]:

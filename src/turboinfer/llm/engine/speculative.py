@@ -19,7 +19,7 @@ import torch
 from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.backends.torch.lean_decode import SingleSequenceDecoder
-from turboinfer.llm.engine.sampler import logits_to_probs, sample_from_probs
+from turboinfer.llm.engine.sampler import draw_one, logits_to_probs, sample_from_probs
 from turboinfer.llm.engine.sequence import Sequence
 
 
@@ -37,7 +37,7 @@ def rejection_sample(target_probs: torch.Tensor, proposal: Proposal,
     """
     k = len(proposal.tokens)
     if k == 0:
-        return [int(torch.multinomial(target_probs[0], 1, generator=generator))]
+        return [draw_one(target_probs[0], generator)]
     # On the target probabilities' device (the generator is made there, too).
     device = target_probs.device
     draft = torch.tensor(proposal.tokens, dtype=torch.long, device=device)
@@ -53,12 +53,12 @@ def rejection_sample(target_probs: torch.Tensor, proposal: Proposal,
     # Strict "<" keeps u == 0 from accepting a token the target gives zero mass.
     rejected = (u * q_d >= p_d).nonzero()
     if rejected.numel() == 0:
-        return [*proposal.tokens, int(torch.multinomial(target_probs[k], 1, generator=generator))]
+        return [*proposal.tokens, draw_one(target_probs[k], generator)]
     m = int(rejected[0, 0])
     residual = (target_probs[m] - q[m]).clamp(min=0)
     if float(residual.sum()) <= 0:
         residual = target_probs[m]
-    return [*proposal.tokens[:m], int(torch.multinomial(residual, 1, generator=generator))]
+    return [*proposal.tokens[:m], draw_one(residual, generator)]
 
 
 def greedy_accept(target_argmax: list[int], draft: list[int]) -> list[int]:
