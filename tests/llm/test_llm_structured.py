@@ -8,7 +8,9 @@ import json
 import re
 
 import jsonschema
+import numpy as np
 import pytest
+import torch
 
 from turboinfer.errors import InvalidInputError
 from turboinfer.llm import LLM, SamplingParams
@@ -79,3 +81,29 @@ def test_malformed_constraints_are_refused(llm: LLM, structured: StructuredOutpu
     with pytest.raises(InvalidInputError) as info:
         llm.generate("x", SamplingParams(max_tokens=4, structured=structured))
     assert info.value.param == "response_format" and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("vocab", [32000, 49155])
+def test_masks_apply_the_same_in_c_and_in_numpy(monkeypatch: pytest.MonkeyPatch,
+                                                vocab: int) -> None:
+    from turboinfer.llm.backends.cpu.native import native_status
+    from turboinfer.llm.engine import structured
+
+    if native_status().library is None:
+        pytest.skip(f"native library absent: {native_status().reason}")
+    rng = np.random.default_rng(0)
+    words = (vocab + 31) // 32
+    masks = rng.integers(-2**31, 2**31, size=(3, words), dtype=np.int64).astype(np.int32)
+    masks[0, :] = -1          # everything allowed
+    masks[1, 5:] = 0          # a few tokens allowed
+    logits = torch.randn(5, vocab)
+    rows = [4, 0, 2]
+    native = logits.clone()
+    structured.apply_masks(native, rows, masks)
+    monkeypatch.setattr(structured, "_native", lambda: None)
+    fallback = logits.clone()
+    structured.apply_masks(fallback, rows, masks)
+    assert torch.equal(native, fallback)
+    assert torch.equal(native[[1, 3]], logits[[1, 3]])          # rows not named stay
+    bits = np.unpackbits(masks.view(np.uint8), axis=1, bitorder="little")[:, :vocab]
+    assert int(torch.isinf(native[0]).sum()) == int((bits[1] == 0).sum())

@@ -158,15 +158,15 @@ class LLMEngine:
             items.append(StepItem(seq.token_ids[start:start + n], start, seq.block_table,
                                   1 if done else 0))
         sampled = [seq for seq, n in work if seq.num_computed_tokens + n == seq.num_tokens]
-        masks = self.guides.masks([(i, s.guide) for i, s in enumerate(sampled)
-                                   if s.guide is not None])
+        masks_ready = self.guides.start([(i, s.guide) for i, s in enumerate(sampled)
+                                         if s.guide is not None])
         logits = self.runner.run(items)
         for seq, n in work:
             seq.num_computed_tokens += n
             self.block_manager.commit(seq)
         if not sampled:
             return []
-        self.guides.apply(logits, masks)
+        self.guides.apply(logits, masks_ready())
         tokens = sample(logits, [s.params for s in sampled], [s.generator for s in sampled],
                         self.generator)
         for i, (seq, token) in enumerate(zip(sampled, tokens, strict=True)):

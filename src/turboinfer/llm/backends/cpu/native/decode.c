@@ -531,3 +531,27 @@ int ti_greedy_steps(const ti_layer *layers, int64_t num_layers, int64_t hidden, 
     free(x);
     return rc;
 }
+
+/* ---- structured output ----------------------------------------------------------- */
+
+/* Row rows[i] of logits [., stride] gets -inf at every token t < vocab whose bit in
+ * masks[i] (words 32-bit words; bit t % 32 of word t / 32) is clear. A word with every
+ * bit set costs one compare; the others are a fixed 32-lane select the compiler
+ * vectorizes (a JSON grammar's mask clears nearly every word). */
+void ti_apply_token_mask(float *logits, int64_t stride, int64_t vocab, const int64_t *rows,
+                         int64_t n, const uint32_t *masks, int64_t words) {
+    const int64_t whole = vocab / 32 < words ? vocab / 32 : words;
+    for (int64_t i = 0; i < n; i++) {
+        float *row = logits + rows[i] * stride;
+        const uint32_t *mask = masks + i * words;
+        for (int64_t w = 0; w < whole; w++) {
+            const uint32_t bits = mask[w];
+            if (bits == 0xffffffffu) continue;
+            float *lane = row + w * 32;
+            for (int j = 0; j < 32; j++) lane[j] = ((bits >> j) & 1u) ? lane[j] : -INFINITY;
+        }
+        if (whole < words)
+            for (int64_t t = whole * 32; t < vocab; t++)
+                if (!((mask[whole] >> (t - whole * 32)) & 1u)) row[t] = -INFINITY;
+    }
+}

@@ -76,6 +76,10 @@ class NativeLibrary:
             [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _i64,
              _ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr])
 
+        # (logits, stride, vocab, rows, n, masks, words)
+        self.apply_token_mask = self._fn(
+            "ti_apply_token_mask", [_ptr, _i64, _i64, _ptr, _i64, _ptr, _i64], None)
+
     def _fn(self, name: str, argtypes: list[type],
             restype: type | None = ctypes.c_int) -> Callable[..., int]:
         fn = getattr(self._cdll, name)
