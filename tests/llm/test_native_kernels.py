@@ -25,7 +25,12 @@ from turboinfer.llm.backends.cpu.kernels import SelectedLinear, select_kernels
 from turboinfer.llm.backends.cpu.native import NativeLibrary, build_library, native_status
 from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.loader import load_model
-from turboinfer.llm.model.quant import dequantize_int4_native, quantize_int4_native, quantize_int8
+from turboinfer.llm.model.quant import (
+    dequantize_int4_native,
+    layer_mode,
+    quantize_int4_native,
+    quantize_int8,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 
@@ -207,11 +212,12 @@ def test_llm_on_native_fp32_kernels_matches_transformers(tiny_llm_dir: Path,
 
 
 def _dequantized(model: nn.Module, mode: QuantMode) -> nn.Module:
-    """``model`` with each linear weight replaced by what its native quantized form holds."""
-    for module in model.modules():
+    """``model`` with each linear weight replaced by what its native quantized form holds
+    (the LM head in int8 under int4: ``layer_mode``)."""
+    for path, module in model.named_modules():
         if isinstance(module, nn.Linear):
             w = module.weight.data
-            if mode is QuantMode.INT8:
+            if layer_mode(mode, path.rpartition(".")[2]) is QuantMode.INT8:
                 q, scales = quantize_int8(w)
                 deq = q.float() * scales[:, None]
             else:
@@ -229,7 +235,7 @@ def test_model_on_native_quantized_kernels_matches_its_float_weights(
     plain = _dequantized(load_model(tiny_llama_dir), mode)
     model = load_model(tiny_llama_dir)
     choices = select_kernels(model, mode)
-    assert {c.chosen for c in choices} == {f"{mode.value}_native"}
+    assert {c.chosen for c in choices} == {f"{mode.value}_native", "int8_native"}
     ids = torch.arange(1, 40) % plain.config.vocab_size
     pos = torch.arange(ids.numel())
     with torch.inference_mode():
