@@ -67,6 +67,11 @@ def measure(model: LlamaModel, quant: QuantMode, *, group_size: int,
     if pick_threads:
         c = model.config
         threads = choose_threads(c.hidden_size, 2 * c.intermediate_size)
+    # The native kernels split across as many threads as torch runs with, before they
+    # are timed against torch's.
+    library = native_status().library
+    if library is not None:
+        library.set_threads(torch.get_num_threads())
     return threads, select_kernels(model, quant, group_size=group_size)
 
 

@@ -16,7 +16,8 @@
  *     output.
  *   - ti_greedy_steps: greedy steps of one sequence, LM head and argmax included (a
  *     speculative draft's proposal).
- * Compiled into one library with kernels.c (loader.py).
+ * Compiled into one library with kernels.c and threads.c (loader.py); the linear layers
+ * of a step run on threads.c's split of kernels.c's kernels.
  */
 #include <math.h>
 #include <stdint.h>
@@ -36,6 +37,14 @@ int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
                    const float *bias, int64_t n, float *y);
 int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                   const float *bias, int64_t n, int64_t kp, float *y);
+
+/* threads.c: the same kernels split across the worker threads (ti_set_threads). */
+int ti_par_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                       const float *wscale, const float *bias, int64_t n, int64_t kp, float *y);
+int ti_par_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
+                       const float *bias, int64_t n, float *y);
+int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
+                      const float *bias, int64_t n, int64_t kp, float *y);
 
 #define MAX_HEAD_DIM 512
 
@@ -428,10 +437,12 @@ typedef struct {
 
 static int run_linear(const ti_linear *l, const float *x, int64_t rows, float *y) {
     switch (l->kind) {
-    case TI_FP32: return ti_f32_linear(x, rows, l->k, (const float *)l->w, l->bias, l->n, l->kp, y);
-    case TI_INT8: return ti_int8_linear(x, rows, l->k, (const int8_t *)l->w, l->scales, l->bias,
-                                        l->n, l->kp, y);
-    case TI_INT4: return ti_int4_linear(x, rows, l->k, (const uint8_t *)l->w, l->bias, l->n, y);
+    case TI_FP32: return ti_par_f32_linear(x, rows, l->k, (const float *)l->w, l->bias, l->n,
+                                           l->kp, y);
+    case TI_INT8: return ti_par_int8_linear(x, rows, l->k, (const int8_t *)l->w, l->scales,
+                                            l->bias, l->n, l->kp, y);
+    case TI_INT4: return ti_par_int4_linear(x, rows, l->k, (const uint8_t *)l->w, l->bias, l->n,
+                                            y);
     default: return -2;
     }
 }

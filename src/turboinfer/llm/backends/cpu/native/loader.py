@@ -1,4 +1,4 @@
-"""Compile ``kernels.c`` and ``decode.c`` into one library once per source, compiler,
+"""Compile ``kernels.c``, ``decode.c`` and ``threads.c`` into one library once per source, compiler,
 flags and CPU, and load it.
 
 The shared library is kept in the cache folder (``$TURBOINFER_CACHE_DIR``, else the user
@@ -25,8 +25,9 @@ from pathlib import Path
 
 import platformdirs
 
-SOURCES = (Path(__file__).with_name("kernels.c"), Path(__file__).with_name("decode.c"))
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("kernels.c", "decode.c",
+                                                             "threads.c"))
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread")
 CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache uses
 DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 COMPILE_TIMEOUT_S = 120
@@ -41,14 +42,19 @@ class NativeLibrary:
         self.path = path
         self._cdll = ctypes.CDLL(str(path))
         self.simd_level = int(self._cdll.ti_simd_level())
-        # (x, rows, k, tiles, scales, bias, n, kp, y)
-        self.int8_linear = self._fn("ti_int8_linear",
+        self._threads = 1
+        # The linear layers split across the worker threads (threads.c; one thread, the
+        # default: kernels.c's kernel called directly). (x, rows, k, tiles, scales, bias,
+        # n, kp, y)
+        self.int8_linear = self._fn("ti_par_int8_linear",
                                     [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr])
         # (x, rows, k, tiles, bias, n, y)
-        self.int4_linear = self._fn("ti_int4_linear", [_ptr, _i64, _i64, _ptr, _ptr, _i64, _ptr])
+        self.int4_linear = self._fn("ti_par_int4_linear",
+                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _ptr])
         # (x, rows, k, tiles, bias, n, kp, y)
-        self.f32_linear = self._fn("ti_f32_linear",
+        self.f32_linear = self._fn("ti_par_f32_linear",
                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
+        self._set_threads = self._fn("ti_set_threads", [ctypes.c_int])
         # decode.c. (x, rows, n, w, eps, y)
         self.rms_norm = self._fn("ti_rms_norm", [_ptr, _i64, _i64, _ptr, _f32, _ptr], None)
         # (gate_up, rows, inner, y)
@@ -60,7 +66,7 @@ class NativeLibrary:
         # (q, batch, q_stride, heads, kv_heads, head_dim, k_cache, v_cache, tables,
         #  max_blocks, block_size, lens, scale, out)
         self.paged_decode_attention = self._fn(
-            "ti_paged_decode_attention",
+            "ti_par_paged_decode_attention",
             [_ptr, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _f32, _ptr])
         # (layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps, scale,
         #  final_norm, cos, sin_signed, table, block_size, start, rows, x)
@@ -79,6 +85,13 @@ class NativeLibrary:
         # (logits, stride, vocab, rows, n, masks, words)
         self.apply_token_mask = self._fn(
             "ti_apply_token_mask", [_ptr, _i64, _i64, _ptr, _i64, _ptr, _i64], None)
+
+    def set_threads(self, threads: int) -> int:
+        """Threads the kernels split across (the caller's included); returns the count in
+        force. Not while a kernel runs."""
+        if threads != self._threads:
+            self._threads = int(self._set_threads(threads))
+        return self._threads
 
     def _fn(self, name: str, argtypes: list[type],
             restype: type | None = ctypes.c_int) -> Callable[..., int]:
