@@ -3,6 +3,7 @@ INVALID_ARGUMENT from the one codec, never an unhandled numpy or Python error.""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import orjson
@@ -50,12 +51,19 @@ def test_http_codec_refuses(body: bytes, message: str) -> None:
         decode_request(body, None)
 
 
-def test_deeply_nested_bytes_are_refused() -> None:
-    # Within orjson's nesting limit, beyond Python's recursion limit.
+@pytest.mark.parametrize("recursion_limit", [None, 20_000])
+def test_deeply_nested_bytes_are_refused(recursion_limit: int | None) -> None:
+    # Within orjson's nesting limit, deeper than any shape: refused whatever Python's
+    # recursion limit (a library in the same process may have raised it).
     data = b"[" * 1010 + b'"a"' + b"]" * 1010
     body = b'{"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1], "data": ' + data
-    with pytest.raises(InvalidInputError, match="do not match datatype BYTES"):
-        decode_request(body + b"}]}", None)
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(recursion_limit or previous)
+    try:
+        with pytest.raises(InvalidInputError, match="do not match datatype BYTES"):
+            decode_request(body + b"}]}", None)
+    finally:
+        sys.setrecursionlimit(previous)
 
 
 def _grpc(shape: list[int], datatype: str = "FP32", raw: bytes | None = None,

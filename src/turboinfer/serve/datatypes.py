@@ -125,11 +125,15 @@ def raw_bytes(array: np.ndarray) -> bytes | np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def flatten(data: list[Any]) -> list[Any]:
+def flatten(data: list[Any], depth: int = 0) -> list[Any]:
+    """Nested JSON lists in order; nesting deeper than a shape may have dimensions is
+    refused (``ValueError``) whatever Python's recursion limit is."""
+    if depth > MAX_DIMS:
+        raise ValueError(f"data nested deeper than {MAX_DIMS} levels")
     flat: list[Any] = []
     for value in data:
         if isinstance(value, list):
-            flat.extend(flatten(value))
+            flat.extend(flatten(value, depth + 1))
         else:
             flat.append(value)
     return flat
