@@ -199,7 +199,8 @@ INT8_SHAPES = {"qkv": (1280, 768), "o": (768, 768), "gate_up": (4096, 768),
 
 def baseline_library(rev: str) -> Any:
     """The native library with ``kernels.c`` as it stood at git revision ``rev`` (and
-    today's ``decode.c``, which only calls into it), compiled with the loader's flags."""
+    today's ``decode.c`` and ``threads.c``, which only call into it), compiled with the
+    loader's flags."""
     import tempfile
 
     from turboinfer.llm.backends.cpu.native.loader import FLAGS, SOURCES, NativeLibrary
@@ -212,7 +213,7 @@ def baseline_library(rev: str) -> Any:
         capture_output=True, text=True, check=True).stdout)
     library = folder / "kernels.so"
     subprocess.run([os.environ.get("CC") or "cc", *FLAGS, "-o", str(library), str(source),
-                    str(SOURCES[1]), "-lm"], check=True)
+                    *(str(path) for path in SOURCES[1:]), "-lm"], check=True)
     return NativeLibrary(library)
 
 
