@@ -13,9 +13,9 @@
  *     low nibble and q[j + 16] in its high one. Activations are quantized to int8 per
  *     group of 32 (scale dx), so a group contributes dx * (s * sum(q * xq) + m * sum(xq));
  *     q is already unsigned, so vpmaddubsw takes it directly (15 * 127 * 2: no saturation).
- * One activation scale per row instead of per block of 32 cost SmolLM2-135M 4% perplexity
- * with either kernel (benchmarks/llm/kernel_perplexity.json).
  *   - fp32: W as float [N, K], dot products with FMA.
+ * One activation scale per row instead of per block of 32 cost SmolLM2-135M 3-4%
+ * perplexity with either quantized kernel (benchmarks/llm/kernel_perplexity.json).
  * Tiles of several output rows share each activation load; with several activation rows
  * each weight load is reused across them (the compute-bound regime of a batch).
  *
