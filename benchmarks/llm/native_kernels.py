@@ -25,6 +25,10 @@ that git revision) on the model's linear shapes at 1, 16, 64 and 512 rows, in in
 rounds on one thread, each round's time per call and the per-round ratios recorded, then
 what the load-time measurement (``llm/backends/cpu/kernels.py``) picks per shape at 1 and 16 rows.
 
+``--quant-rows --baseline REV`` times the native int8 and int4 kernels against themselves as
+``kernels.c`` stood at ``REV`` (writes native_quant_rows.json), on SmolLM2-135M's linear
+shapes and the demo model's at 1 and 16 rows, interleaved as above.
+
 ``--f32-rows`` does the same for the native fp32 kernel at the few rows of a speculative
 verification (1-16), on the demo model's shapes and the 110M model's, against torch's
 ``F.linear`` and, with ``--baseline``, ``kernels.c`` of that revision; each timing is
@@ -195,7 +199,8 @@ INT8_SHAPES = {"qkv": (1280, 768), "o": (768, 768), "gate_up": (4096, 768),
 
 def baseline_library(rev: str) -> Any:
     """The native library with ``kernels.c`` as it stood at git revision ``rev`` (and
-    today's ``decode.c``, which only calls into it), compiled with the loader's flags."""
+    today's ``decode.c`` and ``threads.c``, which only call into it), compiled with the
+    loader's flags."""
     import tempfile
 
     from turboinfer.llm.backends.cpu.native.loader import FLAGS, SOURCES, NativeLibrary
@@ -208,7 +213,7 @@ def baseline_library(rev: str) -> Any:
         capture_output=True, text=True, check=True).stdout)
     library = folder / "kernels.so"
     subprocess.run([os.environ.get("CC") or "cc", *FLAGS, "-o", str(library), str(source),
-                    str(SOURCES[1]), "-lm"], check=True)
+                    *(str(path) for path in SOURCES[1:]), "-lm"], check=True)
     return NativeLibrary(library)
 
 
@@ -331,6 +336,65 @@ F32_SHAPES = {**{f"demo {name}": shape for name, shape in (
     ("lm_head", (2048, 256)))}, **{f"110M {name}": shape for name, shape in INT8_SHAPES.items()}}
 
 
+# SmolLM2-135M's (hidden 576, FFN 1536, 9 query and 3 KV heads of 64, vocab 49152): q / o,
+# k / v, gate / up, down, the LM head; fused as the engine fuses them; the demo model's.
+QUANT_SHAPES = {**{f"smollm2 {name}": shape for name, shape in (
+    ("q/o", (576, 576)), ("k/v", (192, 576)), ("gate/up", (1536, 576)), ("down", (576, 1536)),
+    ("lm_head", (49152, 576)), ("qkv", (960, 576)), ("gate_up", (3072, 576)))},
+    **{f"demo {name}": shape for name, shape in (
+        ("qkv", (512, 256)), ("o", (256, 256)), ("gate_up", (1536, 256)), ("down", (256, 768)),
+        ("lm_head", (2048, 256)))}}
+
+
+def quant_rows(args: argparse.Namespace) -> None:
+    """The native int8 and int4 kernels against ``--baseline``: see the module docstring."""
+    import torch
+
+    from turboinfer.llm.backends.cpu.kernel_candidates import NativeInt4Kernel, NativeInt8Kernel
+    from turboinfer.llm.backends.cpu.native import native_status
+
+    if not args.baseline:
+        raise SystemExit("--quant-rows needs --baseline REV")
+    torch.set_num_threads(1)
+    lib = native_status().library
+    if lib is None:
+        raise SystemExit(f"no native library: {native_status().reason}")
+    before = baseline_library(args.baseline)
+    started, load_start = time.time(), os.getloadavg()
+    gen = torch.Generator().manual_seed(0)
+    results: list[dict[str, Any]] = []
+    for fmt, cls in (("int8", NativeInt8Kernel), ("int4", NativeInt4Kernel)):
+        new, old = f"{fmt}_native", f"{fmt}_native@{args.baseline}"
+        builders = {new: lambda w, c=cls: c(lib, w, None),
+                    old: lambda w, c=cls: c(before, w, None)}
+        for shape, (n, k) in QUANT_SHAPES.items():
+            weight = torch.randn(n, k, generator=gen) * k ** -0.5
+            for rows in args.rows:
+                x = torch.randn(rows, k, generator=gen)
+                kernels = {name: _rotated(build, weight, rows) for name, build in builders.items()}
+                load = os.getloadavg()
+                samples = _interleaved(kernels, x, args.rounds)
+                vals = [o / v for v, o in zip(samples[new], samples[old], strict=True)]
+                ratio = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+                median = {n_: statistics.median(s_) for n_, s_ in samples.items()}
+                results.append({"format": fmt, "shape": shape, "out_features": n,
+                                "in_features": k, "rows": rows, "load_average": load,
+                                "copies": {n_: len(c_) for n_, c_ in kernels.items()},
+                                "median_ms": median, "samples_ms": samples,
+                                f"{old} / {new}": ratio})
+                print(f"{fmt} {shape:16s} {n}x{k} rows {rows:3d}: " + "  ".join(
+                    f"{n_} {v:.4f} ms" for n_, v in median.items())
+                    + f"  before/after {ratio['median']:.3f}x "
+                    f"({ratio['min']:.3f}-{ratio['max']:.3f})", flush=True)
+                del kernels
+    from turboinfer.hardware import profile
+
+    cpu = profile(engines=False, gpus=False).cpu
+    _write_rows_result(args, started, load_start, cpu_isa=sorted(cpu.features),
+                       simd_level={"after": lib.simd_level, "before": before.simd_level},
+                       kernels=results)
+
+
 def f32_rows(args: argparse.Namespace) -> None:
     """The native fp32 kernel at 1-16 rows: see the module docstring."""
     import torch
@@ -402,6 +466,8 @@ def main() -> None:
                         help="time the int8 kernels alone per shape and row count")
     parser.add_argument("--f32-rows", action="store_true",
                         help="time the fp32 kernels alone per shape at a verification's rows")
+    parser.add_argument("--quant-rows", action="store_true",
+                        help="time the native int8 and int4 kernels against --baseline")
     parser.add_argument("--hot", action="store_true",
                         help="--f32-rows with one copy of each weight (cache-resident)")
     parser.add_argument("--rows", type=int, nargs="+",
@@ -415,6 +481,12 @@ def main() -> None:
         args.rounds = args.rounds or 7
         args.rows = args.rows or [1, 2, 3, 4, 5, 7, 9, 16]
         f32_rows(args)
+        return
+    if args.quant_rows:
+        args.out = args.out or HERE / "native_quant_rows.json"
+        args.rounds = args.rounds or 7
+        args.rows = args.rows or [1, 16]
+        quant_rows(args)
         return
     args.rows = args.rows or [1, 16, 64, 512]
     if args.int8_rows:

@@ -53,10 +53,42 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got - want).norm() / want.norm())
 
 
-def _per_row_int8(x: torch.Tensor) -> torch.Tensor:
-    """What the int8 and int4 kernels multiply: x rounded to 255 levels per row."""
-    scale = x.abs().amax(dim=1, keepdim=True) / 127
-    return torch.round(x / scale) * scale
+def _int8_levels(in_features: int) -> int:
+    """The int8 kernel's largest block multiplier (``i8_levels`` in kernels.c)."""
+    blocks = -(-in_features // 32)
+    return min(255, (2**31 - 1) // (4 * 127 * 127 * blocks))
+
+
+def _int8_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The int8 kernel's activations, rounded as it rounds them (float32, the same
+    operations): q [rows, K], the block multipliers m [rows, K] (repeated over each block)
+    and the row scales [rows, 1], x ~ q * m * scale."""
+    rows, k = x.shape
+    levels = _int8_levels(k)
+    padded = F.pad(x, (0, -k % 32)).view(rows, -1, 32)
+    amax = x.abs().amax(dim=1, keepdim=True)
+    bmax = padded.abs().amax(dim=2)
+    scale = amax / (127.0 * levels)
+    rel = torch.where(amax > 0, levels / torch.where(amax > 0, amax, 1.0), 0.0)
+    m = torch.where(bmax > 0, torch.ceil(bmax * rel).clamp(1, levels), 0.0)
+    inv = torch.where(m > 0, 1.0 / (scale * torch.where(m > 0, m, 1.0)), 0.0)
+    q = torch.round(padded * inv[:, :, None]).view(rows, -1)[:, :k]
+    return q, m.repeat_interleave(32, dim=1)[:, :k], scale
+
+
+def _int8_activations(x: torch.Tensor) -> torch.Tensor:
+    """What the int8 kernel multiplies: x rounded to 255 levels per block of 32, each
+    block's scale a multiple (1-255) of one per row."""
+    q, m, scale = _int8_blocks(x)
+    return q * m * scale
+
+
+def _int4_activations(x: torch.Tensor) -> torch.Tensor:
+    """What the int4 kernel multiplies: x rounded to 255 levels per group of 32."""
+    g = x.view(x.shape[0], -1, 32)
+    amax = g.abs().amax(dim=2, keepdim=True)
+    inv = torch.where(amax > 0, 127.0 / torch.where(amax > 0, amax, 1.0), 0.0)
+    return (torch.round(g * inv) * (amax / 127)).view(x.shape)
 
 
 SHAPES = [(37, 100), (8, 32), (96, 256), (5, 7)]
@@ -104,7 +136,7 @@ def test_int8_kernel_is_exact_integer_arithmetic(library: NativeLibrary, out_fea
     for rows in (1, 5, 16, 3):
         x = torch.randn(rows, in_features)
         # The same rounded activations and weights in float: only summation order differs.
-        want = F.linear(_per_row_int8(x), q.float() * scales[:, None], linear.bias)
+        want = F.linear(_int8_activations(x), q.float() * scales[:, None], linear.bias)
         got = kernel(x)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         assert _rel(got, linear(x)) < 2e-2
@@ -134,13 +166,15 @@ def test_int8_rows_of_a_many_row_call_equal_one_row_calls(
     for rows in (2, 3, 5, 16, 17, 33, 64):
         x = torch.randn(rows, in_features)
         x[rows // 2] = 0.0          # a zero row: scale 0 and no NaN
-        # The kernel's rounding (x times 127 / amax, to nearest even; ``127 / amax`` would
-        # divide inexactly), its integer sums in float64 (exact), then the scales: what is
-        # left is the float scaling's rounding.
-        amax = x.abs().amax(dim=1, keepdim=True)
-        inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, 0.0)
-        xq = torch.round(x * inv).double()
-        want = (xq @ q.double().t()) * scales.double() * (amax.double() / 127) + linear.bias
+        x[0, :32] *= 50.0           # an outlier block: the others get finer scales than it
+        if in_features > 64:
+            x[-1, 32:64] = 0.0      # a zero block in a row that is not
+        # The kernel's rounding (per block, x times its inverse scale, to nearest even),
+        # its integer sums in float64 (exact), then the scales: what is left is the float
+        # scaling's rounding.
+        xq, m, scale = _int8_blocks(x)
+        want = ((xq * m).double() @ q.double().t()) * scales.double() * scale.double() \
+            + linear.bias
         got = kernel(x)
         torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
         single = torch.cat([kernel(x[r:r + 1]) for r in range(rows)])
@@ -162,10 +196,32 @@ def test_int4_kernel_equals_its_dequantized_weights(library: NativeLibrary, out_
     assert _rel(deq, linear.weight) < 0.1
     for rows in (1, 5, 16, 3):
         x = torch.randn(rows, in_features)
-        want = F.linear(_per_row_int8(x), deq, linear.bias)
+        want = F.linear(_int4_activations(x), deq, linear.bias)
         got = kernel(x)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         assert _rel(got, linear(x)) < 0.15
+
+
+def test_an_outlier_channel_costs_only_its_own_block(library: NativeLibrary) -> None:
+    # Real models have a few activation channels hundreds of times the others. One scale
+    # per row rounded every other channel to a few levels; the int8 and int4 kernels scale
+    # each block of 32 on its own. The outlier's block meets zero weights here, so what is
+    # left is the other blocks' rounding.
+    torch.manual_seed(5)
+    weight = torch.randn(24, 256) / 16
+    weight[:, :32] = 0.0
+    x = torch.randn(3, 256)
+    x[:, 3] = 1000.0
+    int8 = NativeInt8Kernel(library, weight, None)
+    q, scales = quantize_int8(weight)
+    assert _rel(int8(x), F.linear(x, q.float() * scales[:, None])) < 0.02
+    int4 = NativeInt4Kernel(library, weight, None)
+    assert _rel(int4(x), F.linear(x, dequantize_int4_native(*quantize_int4_native(weight)))) < 0.02
+
+
+def test_int8_kernel_refuses_inputs_past_its_limit(library: NativeLibrary) -> None:
+    with pytest.raises(ValueError, match="in_features 1048608 is above"):
+        NativeInt8Kernel(library, torch.zeros(1, 2**20 + 32), None)
 
 
 def test_kernels_take_strided_and_zero_inputs(library: NativeLibrary) -> None:

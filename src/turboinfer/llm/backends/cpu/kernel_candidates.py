@@ -8,9 +8,9 @@ the model's own shapes (``llm/backends/cpu/kernels.py``); this module only says 
 
 Formats: ``none`` (fp32 weights, results equal ``F.linear``'s up to float rounding),
 ``int8`` (per-output-channel symmetric weights; the native kernel also quantizes the
-activations per row; the dynamic kernels, per call and per tensor, are not offered) and
-``int4`` (asymmetric groups along the input; the native kernel also quantizes the
-activations per row). The
+activations to 8 bits per block of 32; the dynamic kernels, per call and per tensor, are
+not offered) and ``int4`` (asymmetric groups along the input; the native kernel also
+quantizes the activations to 8 bits per group of 32). The
 native kernels (``llm/backends/cpu/native``) are offered only where their library compiled.
 """
 
@@ -227,12 +227,17 @@ def _ptr(t: torch.Tensor | None) -> int | None:
 
 class NativeInt8Kernel(NativeKernel):
     """Int8 weights (per output channel, full 8 bits) times activations quantized per
-    row and call to int8, in integer arithmetic without saturation (``kernels.c``)."""
+    call to int8 per block of 32 (each block's scale an integer multiple, 1-255, of one
+    per row), in integer arithmetic without saturation (``kernels.c``)."""
 
     name = "int8_native"
+    MAX_IN_FEATURES = 2**20     # past it a block multiplier of 1 could overflow an int32 lane
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
                  bias: torch.Tensor | None) -> None:
+        if weight.shape[1] > self.MAX_IN_FEATURES:
+            raise ValueError(f"native int8 kernel: in_features {weight.shape[1]} is above "
+                             f"its limit of {self.MAX_IN_FEATURES}")
         q, scales = quantize_int8(weight.float())
         n, k = q.shape
         self.tiles, self.padded = int8_tiles(q)
@@ -247,7 +252,7 @@ class NativeInt8Kernel(NativeKernel):
 
 class NativeInt4Kernel(NativeKernel):
     """4-bit weights in groups of 32 with fp16 scale and minimum, activations quantized
-    to int8 per row and call (``kernels.c``)."""
+    to int8 per group of 32 and call (``kernels.c``)."""
 
     name = "int4_native"
 
@@ -308,9 +313,10 @@ def _torch_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
         # Not the dynamic kernels (``DynamicInt8Kernel``, kept for the benchmarks): one
         # activation scale per call is ruined by the few huge activation channels real
         # models have. On SmolLM2-135M, perplexity 11.88 in fp32: dynamic fbgemm 18.59
-        # (+56%), the native kernel's per-row scales 12.45 (+4.8%), weight-only 11.94-11.96
-        # (benchmarks/llm/gguf_perplexity.json); it won the timing for some shapes, so a
-        # model's quality hung on which kernel was fastest that day.
+        # (+56%), weight-only 11.94-11.96 (benchmarks/llm/gguf_perplexity.json), the native
+        # kernel 11.99 with its scales per block of 32 (12.45 with one per row,
+        # benchmarks/llm/kernel_perplexity.json); the dynamic kernel won the timing for some
+        # shapes, so a model's quality hung on which kernel was fastest that day.
         return [Candidate(f"int8_weight_only_{_short(d)}",
                           lambda w, b, r, d=d: Int8WeightOnlyKernel(w, b, d))  # type: ignore[misc]
                 for d in (torch.bfloat16, torch.float32)]

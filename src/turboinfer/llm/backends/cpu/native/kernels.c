@@ -2,17 +2,20 @@
  *
  * x and y are float32, row-major. Three weight formats:
  *   - int8: W as int8 [N, kp] (kp = K rounded up to 32, zero padded), |q| <= 127, one
- *     float scale per output channel. Each call quantizes the activations per row to int8
- *     in [-127, 127] and multiplies in integers: vpmaddubsw takes unsigned bytes times
+ *     float scale per output channel. Each call quantizes the activations to int8 in
+ *     [-127, 127] per block of 32, each block's scale an integer multiple m (1..255) of
+ *     one per row, and multiplies in integers: vpmaddubsw takes unsigned bytes times
  *     signed bytes, so |x| goes in as the unsigned operand and the weight takes the sign
  *     of x (vpsignb). Each pair of products sums to at most 2 * 127 * 127 = 32258, below
- *     int16's limit: nothing saturates. vpmaddwd with ones then widens to int32.
+ *     int16's limit: nothing saturates. vpmaddwd by m then widens to int32.
  *   - int4: W as 4-bit groups of 32 along K, w = q * s + m with q in 0..15 and one
  *     fp16 scale s and minimum m per group; byte j of a group's 16 bytes holds q[j] in its
- *     low nibble and q[j + 16] in its high one. Activations are quantized to int8 per row
- *     (scale dx), so a group contributes dx * (s * sum(q * xq) + m * sum(xq)); q is
- *     already unsigned, so vpmaddubsw takes it directly (15 * 127 * 2: no saturation).
+ *     low nibble and q[j + 16] in its high one. Activations are quantized to int8 per
+ *     group of 32 (scale dx), so a group contributes dx * (s * sum(q * xq) + m * sum(xq));
+ *     q is already unsigned, so vpmaddubsw takes it directly (15 * 127 * 2: no saturation).
  *   - fp32: W as float [N, K], dot products with FMA.
+ * One activation scale per row instead of per block of 32 cost SmolLM2-135M 3-4%
+ * perplexity with either quantized kernel (benchmarks/llm/kernel_perplexity.json).
  * Tiles of several output rows share each activation load; with several activation rows
  * each weight load is reused across them (the compute-bound regime of a batch).
  *
@@ -30,11 +33,21 @@
 #else
 #define TI_AVX2 0
 #endif
+/* AVX-512 VNNI on 256-bit registers: the int8 kernel's multiply-add by the block
+ * multipliers in one instruction. */
+#if TI_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define TI_VNNI 1
+#else
+#define TI_VNNI 0
+#endif
 
-/* Software prefetch this many bytes ahead of a tile's stream; 0: none, the hardware
- * prefetcher alone (measured fastest for fp32 on Zen 3). */
+/* Software prefetch this many bytes ahead of an int8 tile's stream (one line per block
+ * of 32 columns); 0: none, the hardware prefetcher alone. With the block multipliers, one
+ * row with the weights from memory ran 5-10% slower on the hardware prefetcher alone (Zen
+ * 5, one thread, us per call, the per-row kernel / none / 256 / 1024 bytes ahead:
+ * 3072x576 55.0 / 58.2 / 54.6 / 75.2; 49152x576 1018 / 1120 / 1006 / 1083). */
 #ifndef PREFETCH_BYTES
-#define PREFETCH_BYTES 0
+#define PREFETCH_BYTES 256
 #endif
 #if PREFETCH_BYTES && TI_AVX2
 #define PREFETCH(p) _mm_prefetch((const char *)(p) + PREFETCH_BYTES, _MM_HINT_T0)
@@ -115,28 +128,66 @@ static int32_t quantize_span(const float *x, int64_t n, float inv, int8_t *q) {
     return sum;
 }
 
-/* Per row: q[r, 0..kp) with zero padding past k, scale[r] = amax / 127. */
-static void quantize_rows(const float *x, int64_t rows, int64_t k, int64_t kp, int8_t *q,
-                          float *scale) {
+/* The int8 kernel's activation blocks: per block of 32, an integer multiplier m in
+ * 1..levels (0 for a block of zeros) of the row's scale amax / (127 * levels), at least the
+ * block's own amax / 127: m = ceil(block amax * (levels / row amax)). The integer sums take m
+ * in (vpmaddwd by m instead of by 1), so the arithmetic stays in integers to the end of the
+ * row and one float scaling follows, as with one scale per row, while each block is rounded
+ * on its own scale. A float scale per block (llama.cpp's Q8_0) would cost a conversion and
+ * an FMA per block and output row; rounded to a multiple of the row's, it scored the same
+ * (SmolLM2-135M, int8 weights, activations simulated in torch: 11.99 either way, 12.42 with
+ * one scale per row; with levels 64, 11.97). An int32 lane gains at most
+ * 4 * 127 * 127 * m per block: levels is what keeps kp / 32 blocks below 2^31. */
+static int i8_levels(int64_t kp) {
+    int64_t m = kp > 0 ? INT32_MAX / (4 * 127 * 127 * (kp / 32)) : 255;
+    return m > 255 ? 255 : (int)m;
+}
+
+/* Per row: q[r, 0..kp) with zero padding past k, m[r, b] per block of 32 and the row's
+ * scale[r] = amax / (127 * levels): x[r, i] ~ q[r, i] * m[r, i / 32] * scale[r]. */
+static void quantize_blocks(const float *x, int64_t rows, int64_t k, int64_t kp, int levels,
+                            int8_t *q, int16_t *m, float *scale) {
+    const int64_t blocks = kp / 32;
     for (int64_t r = 0; r < rows; r++) {
-        float amax = abs_max(x + r * k, k);
-        scale[r] = amax / 127.0f;
-        quantize_span(x + r * k, k, amax > 0.0f ? 127.0f / amax : 0.0f, q + r * kp);
-        memset(q + r * kp + k, 0, (size_t)(kp - k));
+        const float *xr = x + r * k;
+        int8_t *qr = q + r * kp;
+        int16_t *mr = m + r * blocks;
+        float amax = 0.0f;
+        for (int64_t b = 0; b < blocks; b++) {     /* each block's amax, in its first 4 bytes of q for now */
+            int64_t len = k - 32 * b < 32 ? k - 32 * b : 32;
+            float bmax = len > 0 ? abs_max(xr + 32 * b, len) : 0.0f;
+            memcpy(q + r * kp + 32 * b, &bmax, sizeof bmax);
+            amax = fmaxf(amax, bmax);
+        }
+        scale[r] = amax / (127.0f * (float)levels);
+        float rel = amax > 0.0f ? (float)levels / amax : 0.0f;
+        for (int64_t b = 0; b < blocks; b++) {
+            int64_t len = k - 32 * b < 32 ? k - 32 * b : 32;
+            float bmax, inv = 0.0f;
+            memcpy(&bmax, qr + 32 * b, sizeof bmax);
+            int mb = 0;
+            if (bmax > 0.0f) {
+                float c = ceilf(bmax * rel);
+                mb = c < 1.0f ? 1 : c > (float)levels ? levels : (int)c;
+                inv = 1.0f / (scale[r] * (float)mb);
+            }
+            mr[b] = (int16_t)mb;
+            if (len > 0) quantize_span(xr + 32 * b, len, inv, qr + 32 * b);
+        }
+        memset(qr + k, 0, (size_t)(kp - k));
     }
 }
 
-/* Per row: q[r, :] with scale dx[r] = amax / 127 and, per group of 32, xsum[r, g] = the
- * group's sum of q (the int4 kernel's minimum term). */
+/* Per group of 32 (k a multiple of 32): q[r, 32g..32g+32) with scale dx[r, g] = the
+ * group's amax / 127 and xsum[r, g] = dx[r, g] * the group's sum of q (the int4 kernel's
+ * minimum term), as llama.cpp's Q8_1 activation blocks. */
 static void quantize_groups(const float *x, int64_t rows, int64_t k, int8_t *q, float *dx,
                             float *xsum) {
     int64_t groups = k / 32;
-    for (int64_t r = 0; r < rows; r++) {
-        float amax = abs_max(x + r * k, k), inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        dx[r] = amax / 127.0f;
-        for (int64_t g = 0; g < groups; g++)
-            xsum[r * groups + g] = (float)quantize_span(x + r * k + g * 32, 32, inv,
-                                                        q + r * k + g * 32);
+    for (int64_t i = 0; i < rows * groups; i++) {
+        float amax = abs_max(x + 32 * i, 32), inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        dx[i] = amax / 127.0f;
+        xsum[i] = dx[i] * (float)quantize_span(x + 32 * i, 32, inv, q + 32 * i);
     }
 }
 
@@ -155,9 +206,16 @@ static inline float hsum_f32(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* sum over 32 byte pairs of x * w, as 8 int32 lanes; ax = |x|. */
-static inline __m256i dot_i8(__m256i ax, __m256i x, __m256i w, __m256i ones) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, x)), ones);
+/* acc + m times the sum over 32 byte pairs of x * w, as 8 int32 lanes; ax = |x|, mv = m
+ * in every int16 lane. With VNNI, vpdpwssd multiplies the int16 pair sums by m and adds
+ * them in one instruction (the same integers: vpmaddwd + vpaddd, both wrapping). */
+static inline __m256i mac_i8(__m256i acc, __m256i ax, __m256i x, __m256i w, __m256i mv) {
+    __m256i pairs = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, x));
+#if TI_VNNI
+    return _mm256_dpwssd_epi32(acc, pairs, mv);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, mv));
+#endif
 }
 #endif
 
@@ -167,42 +225,54 @@ static inline __m256i dot_i8(__m256i ax, __m256i x, __m256i w, __m256i ones) {
  * 4), interleaved per 32 columns: tile t, column block b holds the 32 bytes of rows
  * 4t..4t+3 one after the other. A tile is then one sequential stream, which the
  * hardware prefetcher follows (four separate row streams measured half the bandwidth).
- * acc[r * 4 + j] = sum_k xq[r, k] * w[4t + j, k], over kp (a multiple of 32). */
+ * acc[r * 4 + j] = sum_k xq[r, k] * m[r, k / 32] * w[4t + j, k], over kp (a multiple of
+ * 32): each of the 8 int32 lanes is exact, and the lanes are summed in float (their sum
+ * may pass 2^31; i8_levels bounds one lane). */
 #if TI_AVX2
-static inline __m128i hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d) {
-    __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
-    return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+static inline __m128 hsum4_f32(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+static inline __m128 hsum4_lanes(__m256i a, __m256i b, __m256i c, __m256i d) {
+    return hsum4_f32(_mm256_cvtepi32_ps(a), _mm256_cvtepi32_ps(b), _mm256_cvtepi32_ps(c),
+                     _mm256_cvtepi32_ps(d));
 }
 
 #define I8_TILE(RB)                                                                        \
-    static void i8_tile_##RB(const int8_t *w, const int8_t *xq, int64_t kp, int32_t *acc) { \
-        const __m256i ones = _mm256_set1_epi16(1);                                         \
+    static void i8_tile_##RB(const int8_t *w, const int8_t *xq, const int16_t *m,          \
+                             int64_t kp, float *acc) {                                     \
+        const int64_t blocks = kp / 32;                                                    \
         __m256i a[RB][4];                                                                  \
         for (int r = 0; r < RB; r++)                                                       \
             for (int j = 0; j < 4; j++) a[r][j] = _mm256_setzero_si256();                  \
-        for (int64_t k = 0; k < kp; k += 32, w += 128) {                                   \
+        for (int64_t k = 0, b = 0; k < kp; k += 32, b++, w += 128) {                       \
             PREFETCH(w);                                                                   \
             __m256i wv[4];                                                                 \
             for (int j = 0; j < 4; j++) wv[j] = _mm256_loadu_si256((const __m256i *)(w + 32 * j)); \
             for (int r = 0; r < RB; r++) {                                                 \
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + r * kp + k));       \
                 __m256i ax = _mm256_abs_epi8(xv);                                          \
+                __m256i mv = _mm256_set1_epi16(m[r * blocks + b]);                         \
                 for (int j = 0; j < 4; j++)                                                \
-                    a[r][j] = _mm256_add_epi32(a[r][j], dot_i8(ax, xv, wv[j], ones));      \
+                    a[r][j] = mac_i8(a[r][j], ax, xv, wv[j], mv);                          \
             }                                                                              \
         }                                                                                  \
         for (int r = 0; r < RB; r++)                                                       \
-            _mm_storeu_si128((__m128i *)(acc + 4 * r), hsum4_i32(a[r][0], a[r][1], a[r][2], a[r][3])); \
+            _mm_storeu_ps(acc + 4 * r, hsum4_lanes(a[r][0], a[r][1], a[r][2], a[r][3]));   \
     }
 #else
 #define I8_TILE(RB)                                                                        \
-    static void i8_tile_##RB(const int8_t *w, const int8_t *xq, int64_t kp, int32_t *acc) { \
+    static void i8_tile_##RB(const int8_t *w, const int8_t *xq, const int16_t *m,          \
+                             int64_t kp, float *acc) {                                     \
+        const int64_t blocks = kp / 32;                                                    \
         for (int r = 0; r < RB; r++)                                                       \
             for (int j = 0; j < 4; j++) {                                                  \
-                int32_t s = 0;                                                             \
+                int64_t s = 0;                                                             \
                 for (int64_t k = 0; k < kp; k++)                                           \
-                    s += (int32_t)xq[r * kp + k] * w[(k / 32) * 128 + j * 32 + k % 32];    \
-                acc[r * 4 + j] = s;                                                        \
+                    s += (int64_t)xq[r * kp + k] * m[r * blocks + k / 32]                  \
+                         * w[(k / 32) * 128 + j * 32 + k % 32];                            \
+                acc[r * 4 + j] = (float)s;                                                 \
             }                                                                              \
     }
 #endif
@@ -231,40 +301,54 @@ I8_TILE(2)
  * while each tile is read once per block. */
 #define I8_ROW_BLOCK 16
 
-/* Row r's stream starts at s + 2 * r * kp. Per 32 columns, a pair of rows (r even)
- * holds x[r], x[r + 1], |x[r]|, |x[r + 1]| (128 bytes); a lone last row x, |x| (64). */
-static void i8_streams(const int8_t *xq, int64_t rows, int64_t kp, int8_t *s) {
+/* Row r's stream starts at s + 3 * r * kp. Per 32 columns, a pair of rows (r even)
+ * holds x[r], x[r + 1], |x[r]|, |x[r + 1]|, then the two rows' block multipliers m in
+ * 16 int16 lanes each (192 bytes); a lone last row x, |x|, m (96). */
+static void i8_streams(const int8_t *xq, const int16_t *m, int64_t rows, int64_t kp,
+                       int8_t *s) {
+    const int64_t blocks = kp / 32;
     int64_t r = 0;
     for (; r + 2 <= rows; r += 2) {
         const int8_t *a = xq + r * kp, *b = a + kp;
-        int8_t *o = s + 2 * r * kp;
-        for (int64_t k = 0; k < kp; k += 32, o += 128) {
+        int8_t *o = s + 3 * r * kp;
+        for (int64_t k = 0, i = 0; k < kp; k += 32, i++, o += 192) {
             __m256i va = _mm256_loadu_si256((const __m256i *)(a + k));
             __m256i vb = _mm256_loadu_si256((const __m256i *)(b + k));
             _mm256_storeu_si256((__m256i *)o, va);
             _mm256_storeu_si256((__m256i *)(o + 32), vb);
             _mm256_storeu_si256((__m256i *)(o + 64), _mm256_abs_epi8(va));
             _mm256_storeu_si256((__m256i *)(o + 96), _mm256_abs_epi8(vb));
+            _mm256_storeu_si256((__m256i *)(o + 128), _mm256_set1_epi16(m[r * blocks + i]));
+            _mm256_storeu_si256((__m256i *)(o + 160), _mm256_set1_epi16(m[(r + 1) * blocks + i]));
         }
     }
     if (r < rows) {
         const int8_t *a = xq + r * kp;
-        int8_t *o = s + 2 * r * kp;
-        for (int64_t k = 0; k < kp; k += 32, o += 64) {
+        int8_t *o = s + 3 * r * kp;
+        for (int64_t k = 0, i = 0; k < kp; k += 32, i++, o += 96) {
             __m256i va = _mm256_loadu_si256((const __m256i *)(a + k));
             _mm256_storeu_si256((__m256i *)o, va);
             _mm256_storeu_si256((__m256i *)(o + 32), _mm256_abs_epi8(va));
+            _mm256_storeu_si256((__m256i *)(o + 64), _mm256_set1_epi16(m[r * blocks + i]));
         }
     }
 }
 
-/* acc(ACC) += sum over pairs of |x| * (w(W) with the sign of x(X)); ymm12 holds |x|,
- * ymm15 sixteen int16 ones. */
+/* acc(ACC) += sum over pairs of |x| * (w(W) with the sign of x(X)), times the block's
+ * multiplier; ymm12 holds |x|, ymm15 the multiplier (in a register, not read from memory
+ * by each vpmaddwd: 16 rows then ran at 0.90x the per-row kernel instead of 0.93x). */
+#if TI_VNNI
+#define I8_MAC(X, W, T, ACC)                                                               \
+    "vpsignb " X ", %%ymm" W ", %%ymm" T "\n\t"                                          \
+    "vpmaddubsw %%ymm" T ", %%ymm12, %%ymm" T "\n\t"                                     \
+    "vpdpwssd %%ymm15, %%ymm" T ", %%ymm" ACC "\n\t"
+#else
 #define I8_MAC(X, W, T, ACC)                                                               \
     "vpsignb " X ", %%ymm" W ", %%ymm" T "\n\t"                                          \
     "vpmaddubsw %%ymm" T ", %%ymm12, %%ymm" T "\n\t"                                     \
     "vpmaddwd %%ymm15, %%ymm" T ", %%ymm" T "\n\t"                                       \
     "vpaddd %%ymm" T ", %%ymm" ACC ", %%ymm" ACC "\n\t"
+#endif
 
 /* pairs (>= 1) pairs of rows, streams from s, over one tile (kp >= 32): per pair, the
  * 8 sums (row r's 4 output rows, then row r + 1's) to acc. While it runs, the next tile
@@ -272,11 +356,9 @@ static void i8_streams(const int8_t *xq, int64_t rows, int64_t kp, int8_t *s) {
  * a pair's first pass over a tile waiting on memory (1.2x slower with the weights out of
  * cache). */
 static void i8_pairs(const int8_t *tile, const int8_t *s, int64_t kp, int64_t pairs,
-                     __m256i *acc) {
-    const int8_t *w = tile, *tile_end = tile + 4 * kp, *s_end = s + 4 * kp * pairs;
+                     __m256 *acc) {
+    const int8_t *w = tile, *tile_end = tile + 4 * kp, *s_end = s + 6 * kp * pairs;
     __asm__ volatile(
-        "vpcmpeqw %%ymm15, %%ymm15, %%ymm15\n\t"
-        "vpsrlw $15, %%ymm15, %%ymm15\n\t"
         "2:\n\t"
         "mov %[tile], %[w]\n\t"
         "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
@@ -296,30 +378,41 @@ static void i8_pairs(const int8_t *tile, const int8_t *s, int64_t kp, int64_t pa
         "vmovdqu 64(%[w]), %%ymm10\n\t"
         "vmovdqu 96(%[w]), %%ymm11\n\t"
         "vmovdqu 64(%[s]), %%ymm12\n\t"
+        "vmovdqu 128(%[s]), %%ymm15\n\t"
         I8_MAC("(%[s])", "8", "13", "0")
         I8_MAC("(%[s])", "9", "14", "1")
         I8_MAC("(%[s])", "10", "13", "2")
         I8_MAC("(%[s])", "11", "14", "3")
         "vmovdqu 96(%[s]), %%ymm12\n\t"
+        "vmovdqu 160(%[s]), %%ymm15\n\t"
         I8_MAC("32(%[s])", "8", "13", "4")
         I8_MAC("32(%[s])", "9", "14", "5")
         I8_MAC("32(%[s])", "10", "13", "6")
         I8_MAC("32(%[s])", "11", "14", "7")
         "add $128, %[w]\n\t"
-        "add $128, %[s]\n\t"
+        "add $192, %[s]\n\t"
         "cmp %[tile_end], %[w]\n\t"
         "jb 1b\n\t"
-        /* Each accumulator's 8 lanes summed: [r: j0..j3 | r + 1: j0..j3]. */
-        "vphaddd %%ymm1, %%ymm0, %%ymm0\n\t"
-        "vphaddd %%ymm3, %%ymm2, %%ymm2\n\t"
-        "vphaddd %%ymm5, %%ymm4, %%ymm4\n\t"
-        "vphaddd %%ymm7, %%ymm6, %%ymm6\n\t"
-        "vphaddd %%ymm2, %%ymm0, %%ymm0\n\t"
-        "vphaddd %%ymm6, %%ymm4, %%ymm4\n\t"
-        "vperm2i128 $0x20, %%ymm4, %%ymm0, %%ymm1\n\t"
-        "vperm2i128 $0x31, %%ymm4, %%ymm0, %%ymm2\n\t"
-        "vpaddd %%ymm2, %%ymm1, %%ymm1\n\t"
-        "vmovdqu %%ymm1, (%[acc])\n\t"
+        /* Each accumulator's 8 lanes in float, summed as hsum4_lanes sums them:
+         * [r: j0..j3 | r + 1: j0..j3]. */
+        "vcvtdq2ps %%ymm0, %%ymm0\n\t"
+        "vcvtdq2ps %%ymm1, %%ymm1\n\t"
+        "vcvtdq2ps %%ymm2, %%ymm2\n\t"
+        "vcvtdq2ps %%ymm3, %%ymm3\n\t"
+        "vcvtdq2ps %%ymm4, %%ymm4\n\t"
+        "vcvtdq2ps %%ymm5, %%ymm5\n\t"
+        "vcvtdq2ps %%ymm6, %%ymm6\n\t"
+        "vcvtdq2ps %%ymm7, %%ymm7\n\t"
+        "vhaddps %%ymm1, %%ymm0, %%ymm0\n\t"
+        "vhaddps %%ymm3, %%ymm2, %%ymm2\n\t"
+        "vhaddps %%ymm5, %%ymm4, %%ymm4\n\t"
+        "vhaddps %%ymm7, %%ymm6, %%ymm6\n\t"
+        "vhaddps %%ymm2, %%ymm0, %%ymm0\n\t"
+        "vhaddps %%ymm6, %%ymm4, %%ymm4\n\t"
+        "vperm2f128 $0x20, %%ymm4, %%ymm0, %%ymm1\n\t"
+        "vperm2f128 $0x31, %%ymm4, %%ymm0, %%ymm2\n\t"
+        "vaddps %%ymm2, %%ymm1, %%ymm1\n\t"
+        "vmovups %%ymm1, (%[acc])\n\t"
         "add $32, %[acc]\n\t"
         "cmp %[s_end], %[s]\n\t"
         "jb 2b\n\t"
@@ -329,44 +422,47 @@ static void i8_pairs(const int8_t *tile, const int8_t *s, int64_t kp, int64_t pa
           "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
 }
 
-/* A lone row over one tile (its stream: x, |x| per 32 columns). */
-static __m128i i8_lone(const int8_t *w, const int8_t *s, int64_t kp) {
-    const __m256i ones = _mm256_set1_epi16(1);
+/* A lone row over one tile (its stream: x, |x|, m per 32 columns). */
+static __m128 i8_lone(const int8_t *w, const int8_t *s, int64_t kp) {
     __m256i a[4];
     for (int j = 0; j < 4; j++) a[j] = _mm256_setzero_si256();
-    for (int64_t k = 0; k < kp; k += 32, w += 128, s += 64) {
+    for (int64_t k = 0; k < kp; k += 32, w += 128, s += 96) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)s);
         __m256i ax = _mm256_loadu_si256((const __m256i *)(s + 32));
+        __m256i mv = _mm256_loadu_si256((const __m256i *)(s + 64));
         for (int j = 0; j < 4; j++)
-            a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(
-                       ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(w + 32 * j)), xv)), ones));
+            a[j] = mac_i8(a[j], ax, xv, _mm256_loadu_si256((const __m256i *)(w + 32 * j)), mv);
     }
-    return hsum4_i32(a[0], a[1], a[2], a[3]);
+    return hsum4_lanes(a[0], a[1], a[2], a[3]);
 }
 
 /* y[r, t..t+nb) = acc * wscale * xs[r], the one-row path's float operations in its
  * order (so a row's outputs do not depend on how many rows came with it). */
-static inline void i8_scale4(__m128i acc, const float *wscale, float xs, int nb, float *y) {
-    int32_t a[4];
-    _mm_storeu_si128((__m128i *)a, acc);
-    for (int j = 0; j < nb; j++) y[j] = (float)a[j] * wscale[j] * xs;
+static inline void i8_scale4(__m128 acc, const float *wscale, float xs, int nb, float *y) {
+    float a[4];
+    _mm_storeu_ps(a, acc);
+    for (int j = 0; j < nb; j++) y[j] = a[j] * wscale[j] * xs;
 }
 
 /* rows >= 2, kp >= 32. */
 static int i8_many(const float *x, int64_t rows, int64_t k, const int8_t *w,
                    const float *wscale, int64_t n, int64_t kp, float *y) {
-    /* xq (rows * kp), the streams (2 * rows * kp), the row scales; 64-byte aligned. */
-    size_t bytes = (size_t)(3 * rows * kp) + (size_t)rows * sizeof(float);
+    /* xq (rows * kp), the streams (3 * rows * kp), the row scales, the block multipliers;
+     * 64-byte aligned. */
+    const int64_t blocks = kp / 32;
+    size_t bytes = (size_t)(4 * rows * kp) + (size_t)rows * sizeof(float)
+                   + (size_t)(rows * blocks) * sizeof(int16_t);
     int8_t *xq = (int8_t *)aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!xq) return -1;
     int8_t *streams = xq + rows * kp;
-    float *xs = (float *)(streams + 2 * rows * kp);
-    quantize_rows(x, rows, k, kp, xq, xs);
-    i8_streams(xq, rows, kp, streams);
-    __m256i acc[I8_ROW_BLOCK / 2];
+    float *xs = (float *)(streams + 3 * rows * kp);
+    int16_t *m = (int16_t *)(xs + rows);
+    quantize_blocks(x, rows, k, kp, i8_levels(kp), xq, m, xs);
+    i8_streams(xq, m, rows, kp, streams);
+    __m256 acc[I8_ROW_BLOCK / 2];
     for (int64_t r0 = 0; r0 < rows; r0 += I8_ROW_BLOCK) {
         int64_t block = rows - r0 < I8_ROW_BLOCK ? rows - r0 : I8_ROW_BLOCK, pairs = block / 2;
-        const int8_t *s = streams + 2 * r0 * kp;
+        const int8_t *s = streams + 3 * r0 * kp;
         __m256 xs2[I8_ROW_BLOCK / 2];     /* [xs[r] x 4 | xs[r + 1] x 4] per pair */
         for (int64_t p = 0; p < pairs; p++)
             xs2[p] = _mm256_set_m128(_mm_set1_ps(xs[r0 + 2 * p + 1]), _mm_set1_ps(xs[r0 + 2 * p]));
@@ -378,21 +474,21 @@ static int i8_many(const float *x, int64_t rows, int64_t k, const int8_t *w,
                 __m256 ws = _mm256_broadcast_ps((const __m128 *)(wscale + t));
                 for (int64_t p = 0; p < pairs; p++) {
                     float *yr = y + (r0 + 2 * p) * n + t;
-                    __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[p]), ws), xs2[p]);
+                    __m256 v = _mm256_mul_ps(_mm256_mul_ps(acc[p], ws), xs2[p]);
                     _mm_storeu_ps(yr, _mm256_castps256_ps128(v));
                     _mm_storeu_ps(yr + n, _mm256_extractf128_ps(v, 1));
                 }
             } else {
                 for (int64_t p = 0; p < pairs; p++) {
                     int64_t r = r0 + 2 * p;
-                    i8_scale4(_mm256_castsi256_si128(acc[p]), wscale + t, xs[r], nb, y + r * n + t);
-                    i8_scale4(_mm256_extracti128_si256(acc[p], 1), wscale + t, xs[r + 1], nb,
+                    i8_scale4(_mm256_castps256_ps128(acc[p]), wscale + t, xs[r], nb, y + r * n + t);
+                    i8_scale4(_mm256_extractf128_ps(acc[p], 1), wscale + t, xs[r + 1], nb,
                               y + (r + 1) * n + t);
                 }
             }
             if (block & 1) {
                 int64_t r = r0 + block - 1;
-                i8_scale4(i8_lone(tile, streams + 2 * r * kp, kp), wscale + t, xs[r], nb,
+                i8_scale4(i8_lone(tile, streams + 3 * r * kp, kp), wscale + t, xs[r], nb,
                           y + r * n + t);
             }
         }
@@ -404,6 +500,7 @@ static int i8_many(const float *x, int64_t rows, int64_t k, const int8_t *w,
 
 int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                    const float *wscale, const float *bias, int64_t n, int64_t kp, float *y) {
+    if (i8_levels(kp) < 1) return -2;       /* kp past 2^20: an int32 lane could overflow */
 #if TI_I8_MANY
     if (rows > 1 && kp > 0) {
         if (i8_many(x, rows, k, w, wscale, n, kp, y)) return -1;
@@ -413,11 +510,14 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
         return 0;
     }
 #endif
-    int8_t *xq = (int8_t *)malloc((size_t)(rows * kp) + (size_t)rows * sizeof(float));
+    const int64_t blocks = kp / 32;
+    int8_t *xq = (int8_t *)malloc((size_t)(rows * kp) + (size_t)rows * sizeof(float)
+                                  + (size_t)(rows * blocks) * sizeof(int16_t));
     if (!xq) return -1;
     float *xs = (float *)(xq + rows * kp);   /* rows * kp is a multiple of 32: aligned */
-    quantize_rows(x, rows, k, kp, xq, xs);
-    int32_t acc[8];
+    int16_t *m = (int16_t *)(xs + rows);
+    quantize_blocks(x, rows, k, kp, i8_levels(kp), xq, m, xs);
+    float acc[8];
     /* Tile outside, activation rows inside: a tile's weights stay in L1 while every
      * activation row passes over them. Two rows per pass: 8 accumulators, and widening
      * to int16 for vpmaddwd instead of the sign trick measured 1.4x slower. */
@@ -426,14 +526,14 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
         int nb = n - t < 4 ? (int)(n - t) : 4;
         int64_t r = 0;
         for (; r + 2 <= rows; r += 2) {
-            i8_tile_2(wt, xq + r * kp, kp, acc);
+            i8_tile_2(wt, xq + r * kp, m + r * blocks, kp, acc);
             for (int a = 0; a < 2; a++)
                 for (int j = 0; j < nb; j++)
-                    y[(r + a) * n + t + j] = (float)acc[4 * a + j] * wscale[t + j] * xs[r + a];
+                    y[(r + a) * n + t + j] = acc[4 * a + j] * wscale[t + j] * xs[r + a];
         }
         for (; r < rows; r++) {
-            i8_tile_1(wt, xq + r * kp, kp, acc);
-            for (int j = 0; j < nb; j++) y[r * n + t + j] = (float)acc[j] * wscale[t + j] * xs[r];
+            i8_tile_1(wt, xq + r * kp, m + r * blocks, kp, acc);
+            for (int j = 0; j < nb; j++) y[r * n + t + j] = acc[j] * wscale[t + j] * xs[r];
         }
     }
     if (bias)
@@ -450,13 +550,14 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
  * fp16 scales, then their 4 fp16 minimums. Two rows' nibbles fill one 256-bit register;
  * the low nibbles meet the group's first 16 activations broadcast to both halves, the
  * high nibbles the last 16, so no shuffle is needed. The activations have one scale per
- * row, applied once at the end, so a group costs one int-to-float conversion and one FMA
- * per 4 output rows. out[r * 4 + j] as for int8 (before the row's activation scale). */
+ * group of 32 too (dx), folded into the weights' scales: a group costs one
+ * int-to-float conversion, one multiply and one FMA per 4 output rows.
+ * out[r * 4 + j] = y[r, 4t + j] before the bias. */
 #define I4_RECORD 80
 #if TI_AVX2
 #define I4_TILE(RB)                                                                        \
-    static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *xsum,        \
-                             int64_t k, float *out) {                                      \
+    static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *dx,          \
+                             const float *xsum, int64_t k, float *out) {                   \
         const int64_t groups = k / 32;                                                     \
         const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);           \
         const __m256i spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);                 \
@@ -486,7 +587,8 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                 __m256i p23 = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo23, xlo), \
                                                                  _mm256_maddubs_epi16(hi23, xhi)), ones); \
                 __m256i h = _mm256_hadd_epi32(p01, p23);  /* [r0 r0 r2 r2 | r1 r1 r3 r3] */  \
-                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), s, a[r]);                    \
+                __m256 sd = _mm256_mul_ps(s, _mm256_broadcast_ss(dx + r * groups + g));    \
+                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sd, a[r]);                   \
                 am[r] = _mm_fmadd_ps(mn, _mm_broadcast_ss(xsum + r * groups + g), am[r]);   \
             }                                                                              \
         }                                                                                  \
@@ -498,8 +600,8 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
     }
 #else
 #define I4_TILE(RB)                                                                        \
-    static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *xsum,        \
-                             int64_t k, float *out) {                                      \
+    static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *dx,          \
+                             const float *xsum, int64_t k, float *out) {                   \
         const int64_t groups = k / 32;                                                     \
         for (int r = 0; r < RB; r++)                                                       \
             for (int j = 0; j < 4; j++) {                                                  \
@@ -513,7 +615,8 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                     uint16_t sc, mn;                                                       \
                     memcpy(&sc, rec + 64 + 2 * j, 2);                                      \
                     memcpy(&mn, rec + 72 + 2 * j, 2);                                      \
-                    v += half_to_float(sc) * (float)s + half_to_float(mn) * xsum[r * groups + g]; \
+                    v += half_to_float(sc) * dx[r * groups + g] * (float)s                \
+                         + half_to_float(mn) * xsum[r * groups + g];                       \
                 }                                                                          \
                 out[r * 4 + j] = v;                                                        \
             }                                                                              \
@@ -527,9 +630,9 @@ I4_TILE(2)
 int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
                    const float *bias, int64_t n, float *y) {
     const int64_t groups = k / 32;
-    float *dx = (float *)malloc((size_t)(rows + rows * groups) * sizeof(float) + (size_t)(rows * k));
+    float *dx = (float *)malloc((size_t)(2 * rows * groups) * sizeof(float) + (size_t)(rows * k));
     if (!dx) return -1;
-    float *xsum = dx + rows;
+    float *xsum = dx + rows * groups;
     int8_t *xq = (int8_t *)(xsum + rows * groups);
     quantize_groups(x, rows, k, xq, dx, xsum);
     float acc[8];
@@ -538,13 +641,13 @@ int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
         int nb = n - t < 4 ? (int)(n - t) : 4;
         int64_t r = 0;
         for (; r + 2 <= rows; r += 2) {
-            i4_tile_2(wt, xq + r * k, xsum + r * groups, k, acc);
+            i4_tile_2(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
             for (int a = 0; a < 2; a++)
-                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j] * dx[r + a];
+                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
         }
         for (; r < rows; r++) {
-            i4_tile_1(wt, xq + r * k, xsum + r * groups, k, acc);
-            for (int j = 0; j < nb; j++) y[r * n + t + j] = acc[j] * dx[r];
+            i4_tile_1(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
+            for (int j = 0; j < nb; j++) y[r * n + t + j] = acc[j];
         }
     }
     if (bias)
@@ -559,11 +662,6 @@ int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
 /* Tiles of 4 output rows as for int8, interleaved per 16 columns (kp = k rounded up to
  * 16, zero padded): one sequential stream per tile. out[r * 4 + j] as for int8. */
 #if TI_AVX2
-static inline __m128 hsum4_f32(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
 /* One activation row: two accumulators per output row, so eight independent FMA chains
  * cover FMA's latency. */
 static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out,
