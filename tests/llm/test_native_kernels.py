@@ -219,6 +219,26 @@ def test_an_outlier_channel_costs_only_its_own_block(library: NativeLibrary) -> 
     assert _rel(int4(x), F.linear(x, dequantize_int4_native(*quantize_int4_native(weight)))) < 0.02
 
 
+def test_int8_kernel_gives_the_same_numbers_with_and_without_vnni(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Where the compiler targets AVX-512 VNNI, vpdpwssd does vpmaddwd + vpaddd's work:
+    # the same integers, so the AVX2 build (Haswell) must agree bit for bit.
+    native = native_status().library
+    if native is None or native.simd_level < 2:
+        pytest.skip("no vectorised native library")
+    status = build_library("cc", ("-O3", "-march=haswell", "-fPIC", "-shared", "-pthread"),
+                           folder=tmp_path_factory.mktemp("haswell"))
+    assert status.library is not None and status.library.simd_level == 2, status.reason
+    torch.manual_seed(6)
+    for out_features, in_features in ((37, 100), (64, 576), (24, 2048)):
+        weight = torch.randn(out_features, in_features) * in_features ** -0.5
+        for rows in (1, 2, 3, 17):
+            x = torch.randn(rows, in_features)
+            x[0, :5] *= 40.0
+            assert torch.equal(NativeInt8Kernel(native, weight, None)(x),
+                               NativeInt8Kernel(status.library, weight, None)(x))
+
+
 def test_int8_kernel_refuses_inputs_past_its_limit(library: NativeLibrary) -> None:
     with pytest.raises(ValueError, match="in_features 1048608 is above"):
         NativeInt8Kernel(library, torch.zeros(1, 2**20 + 32), None)
