@@ -203,7 +203,12 @@ def baseline_library(rev: str) -> Any:
     loader's flags."""
     import tempfile
 
-    from turboinfer.llm.backends.cpu.native.loader import FLAGS, SOURCES, NativeLibrary
+    from turboinfer.llm.backends.cpu.native.loader import (
+        FLAGS,
+        HEADERS,
+        SOURCES,
+        NativeLibrary,
+    )
 
     root = HERE.parents[1]
     folder = Path(tempfile.mkdtemp(prefix="ti-int8-baseline-"))
@@ -211,6 +216,8 @@ def baseline_library(rev: str) -> Any:
     source.write_text(subprocess.run(
         ["git", "show", f"{rev}:src/turboinfer/llm/backends/cpu/native/kernels.c"], cwd=root,
         capture_output=True, text=True, check=True).stdout)
+    for header in HEADERS:      # today's declarations, for a kernels.c that includes them
+        (folder / header.name).write_bytes(header.read_bytes())
     library = folder / "kernels.so"
     subprocess.run([os.environ.get("CC") or "cc", *FLAGS, "-o", str(library), str(source),
                     *(str(path) for path in SOURCES[1:]), "-lm"], check=True)

@@ -31,20 +31,7 @@
 #define TD_AVX2 0
 #endif
 
-int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
-                   const float *wscale, const float *bias, int64_t n, int64_t kp, float *y);
-int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
-                   const float *bias, int64_t n, float *y);
-int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
-                  const float *bias, int64_t n, int64_t kp, float *y);
-
-/* threads.c: the same kernels split across the worker threads (ti_set_threads). */
-int ti_par_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
-                       const float *wscale, const float *bias, int64_t n, int64_t kp, float *y);
-int ti_par_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
-                       const float *bias, int64_t n, float *y);
-int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
-                      const float *bias, int64_t n, int64_t kp, float *y);
+#include "native.h"
 
 #define MAX_HEAD_DIM 512
 

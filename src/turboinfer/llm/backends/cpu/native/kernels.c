@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "native.h"
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define TI_AVX2 1
 #include <immintrin.h>

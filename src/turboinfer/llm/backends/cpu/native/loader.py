@@ -27,6 +27,7 @@ import platformdirs
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("kernels.c", "decode.c",
                                                              "threads.c"))
+HEADERS = (Path(__file__).with_name("native.h"),)   # part of the sources' hash
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread")
 CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache uses
 DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
@@ -139,7 +140,8 @@ def build_library(compiler: str, flags: tuple[str, ...] = FLAGS, *,
                                  timeout=COMPILE_TIMEOUT_S, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         return NativeStatus(None, f"C compiler {compiler!r} does not run: {exc}")
-    digest = hashlib.sha256(b"\0".join([*(path.read_bytes() for path in SOURCES),
+    sources = (path.read_bytes() for path in SOURCES + HEADERS)
+    digest = hashlib.sha256(b"\0".join([*sources,
                                         " ".join(flags).encode(), version.encode(),
                                         _cpu_flags().encode()])).hexdigest()[:16]
     folder = folder or cache_dir()

@@ -29,16 +29,7 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
-                   const float *wscale, const float *bias, int64_t n, int64_t kp, float *y);
-int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
-                   const float *bias, int64_t n, float *y);
-int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
-                  const float *bias, int64_t n, int64_t kp, float *y);
-int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, int64_t heads,
-                              int64_t kv_heads, int64_t head_dim, const float *k_cache,
-                              const float *v_cache, const int64_t *tables, int64_t max_blocks,
-                              int64_t block_size, const int64_t *lens, float scale, float *out);
+#include "native.h"
 
 #define MAX_THREADS 64
 /* Spins a worker waits for the next job before it sleeps: about 100-200 us. */

@@ -1,0 +1,28 @@
+/* What kernels.c, decode.c and threads.c call of each other: one set of declarations,
+ * so the files compiled into one library cannot disagree on a signature. */
+#ifndef TI_NATIVE_H
+#define TI_NATIVE_H
+#include <stdint.h>
+
+/* kernels.c: single-threaded linear layers, y[rows, n] = x[rows, k] @ W.T + b. */
+int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                   const float *wscale, const float *bias, int64_t n, int64_t kp, float *y);
+int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
+                   const float *bias, int64_t n, float *y);
+int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
+                  const float *bias, int64_t n, int64_t kp, float *y);
+
+/* decode.c: one query per sequence over its paged cache. */
+int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, int64_t heads,
+                              int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                              const float *v_cache, const int64_t *tables, int64_t max_blocks,
+                              int64_t block_size, const int64_t *lens, float scale, float *out);
+
+/* threads.c: the same linear layers split across the worker threads (ti_set_threads). */
+int ti_par_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                       const float *wscale, const float *bias, int64_t n, int64_t kp, float *y);
+int ti_par_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
+                       const float *bias, int64_t n, float *y);
+int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
+                      const float *bias, int64_t n, int64_t kp, float *y);
+#endif
