@@ -197,6 +197,25 @@ INT8_SHAPES = {"qkv": (1280, 768), "o": (768, 768), "gate_up": (4096, 768),
                "down": (768, 2048), "lm_head": (32000, 768)}
 
 
+def _time_shape(builders: dict[str, Any], weight: Any, x: Any, rows: int,
+                rounds: int) -> dict[str, Any]:
+    """Each builder's kernel on ``weight`` (rotated copies), timed on ``x`` in interleaved
+    rounds: the load average when timing began, the copies, the samples and their
+    medians (ms)."""
+    kernels = {name: _rotated(build, weight, rows) for name, build in builders.items()}
+    load = os.getloadavg()
+    samples = _interleaved(kernels, x, rounds)
+    return {"load_average": load, "copies": {n: len(c) for n, c in kernels.items()},
+            "median_ms": {n: statistics.median(s) for n, s in samples.items()},
+            "samples_ms": samples}
+
+
+def _ratio(numerator: list[float], denominator: list[float]) -> dict[str, float]:
+    """Round by round ``numerator / denominator`` times: median, lowest and highest."""
+    vals = [a / b for a, b in zip(numerator, denominator, strict=True)]
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+
+
 def baseline_library(rev: str) -> Any:
     """The native library with ``kernels.c`` as it stood at git revision ``rev`` (and
     today's ``decode.c`` and ``threads.c``, which only call into it), compiled with the
@@ -304,26 +323,18 @@ def int8_rows(args: argparse.Namespace) -> None:
     for shape, (n, k) in INT8_SHAPES.items():
         weight = torch.randn(n, k, generator=gen) * k ** -0.5
         for rows in args.rows:
-            x = torch.randn(rows, k, generator=gen)
-            kernels = {name: _rotated(build, weight, rows) for name, build in builders.items()}
-            load = os.getloadavg()
-            samples = _interleaved(kernels, x, args.rounds)
-            ratios = {}
-            for name in kernels:
-                if name != "int8_dynamic_fbgemm":
-                    vals = [f / v for v, f in zip(samples[name], samples["int8_dynamic_fbgemm"],
-                                                  strict=True)]
-                    ratios[f"int8_dynamic_fbgemm / {name}"] = {
-                        "median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+            timed = _time_shape(builders, weight, torch.randn(rows, k, generator=gen),
+                                rows, args.rounds)
+            samples = timed["samples_ms"]
+            ratios = {f"int8_dynamic_fbgemm / {name}":
+                      _ratio(samples["int8_dynamic_fbgemm"], samples[name])
+                      for name in samples if name != "int8_dynamic_fbgemm"}
             row = {"shape": shape, "out_features": n, "in_features": k, "rows": rows,
-                   "load_average": load, "copies": {n_: len(c) for n_, c in kernels.items()},
-                   "median_ms": {n_: statistics.median(s) for n_, s in samples.items()},
-                   "samples_ms": samples, "ratios": ratios}
+                   **timed, "ratios": ratios}
             results.append(row)
             print(f"{shape:8s} {n}x{k} rows {rows:4d}: " + "  ".join(
                 f"{n_} {v:.3f} ms" for n_, v in row["median_ms"].items()) + "  " + "  ".join(
                 f"{n_}: {r['median']:.2f}x" for n_, r in ratios.items()), flush=True)
-            del kernels
     selection = []
     cands = candidates(QuantMode.INT8)
     for shape, (n, k) in INT8_SHAPES.items():
@@ -377,23 +388,16 @@ def quant_rows(args: argparse.Namespace) -> None:
         for shape, (n, k) in QUANT_SHAPES.items():
             weight = torch.randn(n, k, generator=gen) * k ** -0.5
             for rows in args.rows:
-                x = torch.randn(rows, k, generator=gen)
-                kernels = {name: _rotated(build, weight, rows) for name, build in builders.items()}
-                load = os.getloadavg()
-                samples = _interleaved(kernels, x, args.rounds)
-                vals = [o / v for v, o in zip(samples[new], samples[old], strict=True)]
-                ratio = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
-                median = {n_: statistics.median(s_) for n_, s_ in samples.items()}
+                timed = _time_shape(builders, weight, torch.randn(rows, k, generator=gen),
+                                    rows, args.rounds)
+                ratio = _ratio(timed["samples_ms"][old], timed["samples_ms"][new])
                 results.append({"format": fmt, "shape": shape, "out_features": n,
-                                "in_features": k, "rows": rows, "load_average": load,
-                                "copies": {n_: len(c_) for n_, c_ in kernels.items()},
-                                "median_ms": median, "samples_ms": samples,
+                                "in_features": k, "rows": rows, **timed,
                                 f"{old} / {new}": ratio})
                 print(f"{fmt} {shape:16s} {n}x{k} rows {rows:3d}: " + "  ".join(
-                    f"{n_} {v:.4f} ms" for n_, v in median.items())
+                    f"{n_} {v:.4f} ms" for n_, v in timed["median_ms"].items())
                     + f"  before/after {ratio['median']:.3f}x "
                     f"({ratio['min']:.3f}-{ratio['max']:.3f})", flush=True)
-                del kernels
     from turboinfer.hardware import profile
 
     cpu = profile(engines=False, gpus=False).cpu
