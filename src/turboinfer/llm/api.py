@@ -77,15 +77,16 @@ class LLM:
     """Generation over one model. ``model=None`` uses the shipped demo model."""
 
     def __init__(self, model: str | Path | None = None, *, draft: str | Path | None = None,
-                 ngram: int = 0, quant: str | QuantMode = QuantMode.NONE,
+                 ngram: int = 0, quant: str | QuantMode | None = None,
                  config: EngineConfig | None = None, device: str | None = None,
                  dtype: str | None = None, backend: str | None = None) -> None:
         folder = model_folder(model)
+        base = config or EngineConfig()
         try:
-            quant_mode = QuantMode(quant)
+            # Not given: the config's (which defaults to none).
+            quant_mode = QuantMode(base.quant if quant is None else quant)
         except ValueError:
             raise InvalidInputError(f"unknown quantization {quant!r}; use int8 or int4") from None
-        base = config or EngineConfig()
         where = resolve_device(device or base.device)
         self.dtype = resolve_dtype(dtype or base.dtype, where)
         chosen = backend or base.backend
