@@ -86,3 +86,14 @@ def test_stream_never_shows_the_stop_string(tiny_llm_dir: Path) -> None:
     # Had a piece of the stop string been shown, the stream could not match the final text.
     assert streamed == llm.generate("the value", params)[0].text
     assert streamed.split() == words[:2]
+
+
+def test_quantization_from_the_config_or_the_argument(tiny_llm_dir: Path) -> None:
+    from turboinfer.llm.model.config import QuantMode
+
+    by_config = LLM(tiny_llm_dir, config=EngineConfig(kv_cache_tokens=1024,
+                                                      quant=QuantMode.INT8))
+    assert by_config.config.quant is QuantMode.INT8
+    by_argument = LLM(tiny_llm_dir, quant="int4",
+                      config=EngineConfig(kv_cache_tokens=1024, quant=QuantMode.INT8))
+    assert by_argument.config.quant is QuantMode.INT4
