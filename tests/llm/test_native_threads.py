@@ -104,3 +104,38 @@ def test_the_engine_decodes_the_same_tokens_on_two_threads(
         torch.set_num_threads(previous)
         library.set_threads(1)
     assert tokens[1] == tokens[2]
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_a_long_decode_step_on_any_thread_count_equals_one_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
+    """Past 128 positions a step's attention is split by key-value head (4 here, so 3
+    threads take uneven shares); the step's output is one thread's to the bit."""
+    from llm_helpers import save_random_hf_model
+
+    from turboinfer.llm.backends.cpu.kernels import select_kernels
+    from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
+    from turboinfer.llm.model.config import QuantMode
+    from turboinfer.llm.model.loader import load_model
+
+    library = native_status().library
+    assert library is not None
+    monkeypatch.setattr(kernel_candidates, "_torch_candidates", lambda mode, group: [])
+    folder = save_random_hf_model(tmp_path / "m", hidden_size=128, num_attention_heads=8,
+                                  num_key_value_heads=4, max_position_embeddings=512)
+    model = load_model(folder)
+    select_kernels(model, QuantMode.INT8, measure=True)
+    cache = model.allocate_kv_cache(64, 8)
+    decoder = NativeDecoder.build(model, cache)
+    assert decoder is not None
+    table = list(range(63, -1, -1))
+    prompt = [(11 * j + 5) % 128 for j in range(300)]
+    step = [(3 * j + 1) % 128 for j in range(rows)]
+    try:
+        library.set_threads(1)
+        decoder.forward(prompt, 0, table, 0)
+        out = {threads: _at(library, threads, lambda: decoder.forward(step, 300, table, rows))
+               for threads in (1, 2, 3)}
+    finally:
+        library.set_threads(1)
+    assert torch.equal(out[1], out[2]) and torch.equal(out[1], out[3])

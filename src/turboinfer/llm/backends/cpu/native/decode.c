@@ -278,18 +278,20 @@ static inline int64_t first_row(int64_t p, int64_t start) { return p > start ? p
  * own get weight zero. With AVX2 and head_dim a multiple of 8, the scores go in tiles of
  * 4 positions by up to 3 heads of a group (each chunk of a key or query loaded once per
  * tile, the tile's sums reduced together), and the values' weighted sum takes 4
- * positions per load and store of the output. */
+ * positions per load and store of the output. Cache slots are kv_stride floats apart and
+ * output rows out_stride apart, so a call can take some of the key-value heads (k_cache,
+ * v_cache, q and out advanced to the first), as attend_split's parts do. */
 static void attend_rows(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
                         int64_t kv_heads, int64_t head_dim, const float *k_cache,
-                        const float *v_cache, const int64_t *table, int64_t block_size,
-                        int64_t start, float scale, float *out, int64_t *offset,
-                        float *scores) {
+                        const float *v_cache, int64_t kv_stride, const int64_t *table,
+                        int64_t block_size, int64_t start, float scale, float *out,
+                        int64_t out_stride, int64_t *offset, float *scores) {
     const int64_t group = heads / kv_heads, kv_width = kv_heads * head_dim;
     const int64_t total = start + rows, q_size = heads * head_dim;
     const int vec = TD_AVX2 && head_dim % 8 == 0;
     (void)vec;                  /* the AVX2 paths only */
     for (int64_t p = 0; p < total; p++)
-        offset[p] = (table[p / block_size] * block_size + p % block_size) * kv_width;
+        offset[p] = (table[p / block_size] * block_size + p % block_size) * kv_stride;
     /* scores[r, h, p] = scale * q_{r,h} . k_p (the key of h's group) */
     int64_t p4 = 0;
 #if TD_AVX2
@@ -344,7 +346,8 @@ static void attend_rows(const float *q, int64_t rows, int64_t q_stride, int64_t 
             memset(sh + len, 0, (size_t)(total - len) * sizeof(float));
         }
     }
-    memset(out, 0, (size_t)(rows * q_size) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++)
+        memset(out + r * out_stride, 0, (size_t)q_size * sizeof(float));
     int64_t p = 0;
 #if TD_AVX2
     for (; vec && p + 4 <= total; p += 4) {
@@ -357,7 +360,7 @@ static void attend_rows(const float *q, int64_t rows, int64_t q_stride, int64_t 
                 const int64_t at = g * head_dim;
                 for (int64_t j = 0; j < group; j++, h++)
                     axpy4(scores + (r * heads + h) * total + p, v0 + at, v1 + at, v2 + at,
-                          v3 + at, out + r * q_size + h * head_dim, head_dim);
+                          v3 + at, out + r * out_stride + h * head_dim, head_dim);
             }
     }
 #endif
@@ -367,17 +370,18 @@ static void attend_rows(const float *q, int64_t rows, int64_t q_stride, int64_t 
             for (int64_t h = 0, g = 0; g < kv_heads; g++)
                 for (int64_t j = 0; j < group; j++, h++)
                     axpy(scores[(r * heads + h) * total + p], row + g * head_dim,
-                         out + r * q_size + h * head_dim, head_dim);
+                         out + r * out_stride + h * head_dim, head_dim);
     }
 }
 
-/* attend_rows' scratch for rows query rows over up to `positions` positions; NULL: no
- * memory. One allocation, freed with free(*offset). */
+/* attend_rows' scratch for rows query rows over up to `positions` positions, with
+ * `walks` offset arrays (one per part that walks the cache at once); NULL: no memory.
+ * One allocation, freed with free(*offset). */
 static int64_t *attention_scratch(int64_t rows, int64_t heads, int64_t positions,
-                                  float **scores) {
-    int64_t *offset = (int64_t *)malloc((size_t)positions * sizeof(int64_t)
+                                  int64_t walks, float **scores) {
+    int64_t *offset = (int64_t *)malloc((size_t)(walks * positions) * sizeof(int64_t)
                                         + (size_t)(rows * heads * positions) * sizeof(float));
-    *scores = offset ? (float *)(offset + positions) : NULL;
+    *scores = offset ? (float *)(offset + walks * positions) : NULL;
     return offset;
 }
 
@@ -394,14 +398,62 @@ int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, i
     int64_t longest = 1;
     for (int64_t b = 0; b < batch; b++) longest = lens[b] > longest ? lens[b] : longest;
     float *scores;
-    int64_t *offset = attention_scratch(1, heads, longest, &scores);
+    int64_t *offset = attention_scratch(1, heads, longest, 1, &scores);
     if (!offset) return -1;
     for (int64_t b = 0; b < batch; b++)
         attend_rows(q + b * q_stride, 1, q_stride, heads, kv_heads, head_dim, k_cache, v_cache,
-                    tables + b * max_blocks, block_size, lens[b] - 1, scale,
-                    out + b * heads * head_dim, offset, scores);
+                    kv_heads * head_dim, tables + b * max_blocks, block_size, lens[b] - 1,
+                    scale, out + b * heads * head_dim, heads * head_dim, offset, scores);
     free(offset);
     return 0;
+}
+
+/* One sequence's attention split by key-value head across threads.c's pool: each part
+ * takes whole groups (a key-value head and its query heads), so every head's scores,
+ * softmax and sum are the same operations as in one walk and the output is the same to
+ * the bit on any thread count. Below this many multiply-adds (rows x positions x query
+ * width) a part costs less than handing it over. With 3 key-value heads on 2 threads the
+ * split runs at 2/3 of one walk's time. */
+#define ATTEND_SPLIT_MIN 16384
+
+typedef struct {
+    const float *q;
+    int64_t rows, q_stride, heads, kv_heads, head_dim;
+    const float *k_cache, *v_cache;
+    const int64_t *table;
+    int64_t block_size, start;
+    float scale;
+    float *out;
+    int64_t *offset;   /* kv_heads x (start + rows) */
+    float *scores;     /* rows x heads x (start + rows) */
+} attend_job;
+
+static void attend_part(void *ctx, int part, int parts) {
+    const attend_job *j = (const attend_job *)ctx;
+    const int64_t g0 = j->kv_heads * part / parts, g1 = j->kv_heads * (part + 1) / parts;
+    if (g0 >= g1) return;
+    const int64_t group = j->heads / j->kv_heads, total = j->start + j->rows;
+    const int64_t h0 = g0 * group, d = j->head_dim;
+    attend_rows(j->q + h0 * d, j->rows, j->q_stride, (g1 - g0) * group, g1 - g0, d,
+                j->k_cache + g0 * d, j->v_cache + g0 * d, j->kv_heads * d, j->table,
+                j->block_size, j->start, j->scale, j->out + h0 * d, j->heads * d,
+                j->offset + g0 * total, j->scores + h0 * j->rows * total);
+}
+
+static void attend_split(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                         const float *v_cache, const int64_t *table, int64_t block_size,
+                         int64_t start, float scale, float *out, int64_t *offset,
+                         float *scores) {
+    attend_job j = {.q = q, .rows = rows, .q_stride = q_stride, .heads = heads,
+                    .kv_heads = kv_heads, .head_dim = head_dim, .k_cache = k_cache,
+                    .v_cache = v_cache, .table = table, .block_size = block_size,
+                    .start = start, .scale = scale, .out = out, .offset = offset,
+                    .scores = scores};
+    if (kv_heads > 1 && rows * (start + rows) * heads * head_dim >= ATTEND_SPLIT_MIN
+        && ti_run_parts(attend_part, &j, (int)kv_heads) == 0)
+        return;
+    attend_part(&j, 0, 1);
 }
 
 /* ---- a whole step of one sequence ----------------------------------------------- */
@@ -451,7 +503,7 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
     float *buf = (float *)malloc((size_t)(rows * (2 * hidden + width + q_size + 3 * inner))
                                  * sizeof(float));
     float *att_scores;
-    int64_t *att_offset = attention_scratch(rows, heads, start + rows, &att_scores);
+    int64_t *att_offset = attention_scratch(rows, heads, start + rows, kv_heads, &att_scores);
     if (!positions || !buf || !att_offset) {
         free(positions);
         free(buf);
@@ -473,8 +525,8 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
         if ((rc = run_linear(&l->qkv, h, rows, qkv))) break;
         if ((rc = ti_rope_kv(qkv, rows, heads, kv_heads, head_dim, cos, sin_signed, positions,
                              l->k_cache, l->v_cache, slots))) break;
-        attend_rows(qkv, rows, width, heads, kv_heads, head_dim, l->k_cache, l->v_cache,
-                    table, block_size, start, scale, attn, att_offset, att_scores);
+        attend_split(qkv, rows, width, heads, kv_heads, head_dim, l->k_cache, l->v_cache,
+                     table, block_size, start, scale, attn, att_offset, att_scores);
         if ((rc = run_linear(&l->o, attn, rows, delta))) break;
         add_into(x, delta, rows * hidden);
         ti_rms_norm(x, rows, hidden, l->norm2, eps, h);

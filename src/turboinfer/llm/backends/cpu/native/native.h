@@ -25,4 +25,8 @@ int ti_par_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w
                        const float *bias, int64_t n, float *y);
 int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                       const float *bias, int64_t n, int64_t kp, float *y);
+/* threads.c: fn(ctx, part, parts) for every part on the pool's threads, the caller's
+ * included; -1 (nothing run) with one thread or while another caller's job holds it. */
+int ti_run_parts(void (*fn)(void *ctx, int part, int parts), void *ctx, int parts);
+int ti_get_threads(void);
 #endif

@@ -14,7 +14,8 @@
  * activations itself (rows x K, small against the weights). With one activation row a
  * part writes its slice of y in place; with several, y's rows are strided, so a part
  * computes into scratch and copies its columns over. Paged attention is split by
- * sequence. One thread (the default) calls the kernels directly.
+ * sequence; decode.c's one-sequence attention by key-value head (ti_run_parts). One
+ * thread (the default) calls the kernels directly.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -127,6 +128,11 @@ static int run_parts(job_fn fn, void *ctx, int parts) {
     while (atomic_load_explicit(&pool.done, memory_order_acquire) < parts) CPU_RELAX();
     atomic_store(&pool.busy, 0);
     return 0;
+}
+
+int ti_run_parts(void (*fn)(void *ctx, int part, int parts), void *ctx, int parts) {
+    if (pool.threads <= 1) return -1;
+    return run_parts(fn, ctx, parts);
 }
 
 static void stop_workers(void) {
