@@ -160,11 +160,13 @@ def speculative(args: argparse.Namespace) -> dict[str, object]:
 
     ``draft`` (the demo draft) and ``ngram`` (prompt lookup) run on the demo prompts and
     on the repetitive workload (``regenerate_prompts``)."""
-    plain = warm(LLM())
+    # The thread count asked for (else the engine would pick one by measurement).
+    plain = warm(LLM(config=EngineConfig(num_threads=args.threads)))
     variants = {"draft": warm(LLM(draft=demo_model_dir("draft"),
-                                  config=EngineConfig(num_speculative_tokens=args.k))),
+                                  config=EngineConfig(num_speculative_tokens=args.k,
+                                                      num_threads=args.threads))),
                 "ngram": warm(LLM(ngram=args.ngram, config=EngineConfig(
-                    num_speculative_tokens=args.ngram_k)))}
+                    num_speculative_tokens=args.ngram_k, num_threads=args.threads)))}
     workloads: dict[str, list[str | list[int]]] = {
         "demo": list(DEMO_PROMPTS),
         "regenerate": list(regenerate_prompts(plain, args.regenerate_prompts, args.gen_len))}
