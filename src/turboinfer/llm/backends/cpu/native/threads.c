@@ -18,6 +18,7 @@
  * thread (the default) calls the kernels directly.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@
 #define MAX_THREADS 64
 /* Spins a worker waits for the next job before it sleeps: about 100-200 us. */
 #define SPIN_LIMIT 4000
+/* Spins the caller waits for the parts others took before it yields its core. */
+#define WAIT_SPINS 4000
 
 typedef void (*job_fn)(void *ctx, int part, int parts);
 
@@ -125,7 +128,12 @@ static int run_parts(job_fn fn, void *ctx, int parts) {
                           memory_order_release);
     publish();
     take_parts(gen);
-    while (atomic_load_explicit(&pool.done, memory_order_acquire) < parts) CPU_RELAX();
+    /* A part taken by a worker the system has since descheduled (another process wants
+     * the core) ends only when that worker runs again: past a normal part's time the
+     * caller yields its core instead of spinning on it. */
+    for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < parts;)
+        if (++spins < WAIT_SPINS) CPU_RELAX();
+        else sched_yield();
     atomic_store(&pool.busy, 0);
     return 0;
 }
