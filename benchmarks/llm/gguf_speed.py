@@ -37,7 +37,8 @@ LLAMA_CPP = """
 import json, random, sys, time
 import numpy as np
 from llama_cpp import Llama
-path, threads, prompt_len, gen_len = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+path = sys.argv[1]
+threads, prompt_len, gen_len = (int(a) for a in sys.argv[2:5])
 llm = Llama(model_path=path, n_ctx=prompt_len + gen_len + 8, n_threads=threads,
             n_threads_batch=threads, n_batch=512, verbose=False)
 rng = random.Random(0)

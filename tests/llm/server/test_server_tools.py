@@ -145,3 +145,46 @@ def test_a_template_sees_the_tools_and_the_calls(tmp_path: Path) -> None:
                      "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]}]
     assert template.render(messages, tools=plan.tools) == (
         "<tools>get_weather;get_time;</tools><user>Weather?<assistant>[get_weather:Oslo]")
+
+
+def test_a_template_without_tools_gets_the_generic_tool_prompt(tmp_path: Path) -> None:
+    """A ChatML template that writes role and content only (as SmolLM2's does): the tools
+    go into the system message, an earlier call into its message's content."""
+    source = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": source}))
+    template = ChatTemplate.from_folder(tmp_path)
+    assert not template.shows_tools and not template.shows_tool_calls
+    plan = ToolPlan.from_request(TOOLS, "auto")
+    assert plan is not None
+    text = template.render([{"role": "user", "content": "Weather?"}], tools=plan.tools)
+    system, user = text.split("<|im_end|>\n")[:2]
+    assert system.startswith("<|im_start|>system\nYou can call functions.")
+    assert '"name": "get_weather"' in system and '"name": "get_time"' in system
+    assert "<tool_call>" in system and user == "<|im_start|>user\nWeather?"
+    asked = template.render([{"role": "system", "content": "Be brief."},
+                             {"role": "user", "content": "Weather?"},
+                             {"role": "assistant", "content": "", "tool_calls": [
+                                 {"id": "c1", "type": "function", "function": {
+                                     "name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+                             {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+                            tools=plan.tools)
+    assert asked.startswith("<|im_start|>system\nBe brief.\n\nYou can call functions.")
+    assert ('<|im_start|>assistant\n<tool_call>{"name": "get_weather", "arguments": '
+            '{"city": "Oslo"}}</tool_call><|im_end|>') in asked
+    assert template.render([{"role": "user", "content": "Hi"}]) == (
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_template_that_shows_tools_gets_no_generic_prompt(tmp_path: Path) -> None:
+    source = ("{% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}"
+              "</tools>{% endif %}"
+              "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+              "{% for c in m.tool_calls or [] %}[{{ c.function.name }}]{% endfor %}{% endfor %}")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": source}))
+    template = ChatTemplate.from_folder(tmp_path)
+    plan = ToolPlan.from_request(TOOLS, "auto")
+    assert plan is not None
+    assert template.shows_tools and template.shows_tool_calls
+    assert template.render([{"role": "user", "content": "Weather?"}], tools=plan.tools) == (
+        "<tools>get_weather;get_time;</tools><user>Weather?")
