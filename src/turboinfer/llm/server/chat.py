@@ -98,16 +98,18 @@ class ChatTemplate:
         """Renders a probe tool and a probe call once: does either reach the text?"""
         if self._shows is not None:
             return self._shows
-        tool = {"type": "function", "function": {
+        tool: dict[str, Any] = {"type": "function", "function": {
             "name": _PROBE, "description": _PROBE,
             "parameters": {"type": "object", "properties": {_PROBE: {"type": "string"}}}}}
-        user = {"role": "user", "content": "hello"}
-        called = {"role": "assistant", "content": "", "tool_calls": [
+        user: Message = {"role": "user", "content": "hello"}
+        called: Message = {"role": "assistant", "content": "", "tool_calls": [
             {"id": "call_0", "type": "function",
              "function": {"name": _PROBE, "arguments": {_PROBE: _PROBE}}}]}
-        result = {"role": "tool", "tool_call_id": "call_0", "content": "done"}
+        result: Message = {"role": "tool", "tool_call_id": "call_0", "content": "done"}
+        probes: list[tuple[list[Message], list[dict[str, Any]] | None]] = [
+            ([user], [tool]), ([user, called, result], None)]
         shown = []
-        for messages, tools in (([user], [tool]), ([user, called, result], None)):
+        for messages, tools in probes:
             try:
                 shown.append(_PROBE in self._render(messages, tools))
             except InvalidInputError:   # a template that refuses tool messages
