@@ -239,6 +239,33 @@ def test_int8_kernel_gives_the_same_numbers_with_and_without_vnni(
                                NativeInt8Kernel(status.library, weight, None)(x))
 
 
+def test_int8_kernel_at_2_to_17_rows_equals_one_row_calls_and_the_avx2_build(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Where the compiler targets AVX-512 VNNI + BW, several rows go through another kernel
+    # (int16 activations times the block multipliers, vpdpwssd on 512-bit registers, rows
+    # in groups of up to 4): every group size, partial tiles of output rows, a row block
+    # of 16 and one past it, bit for bit as one-row calls and as the AVX2 build.
+    native = native_status().library
+    if native is None or native.simd_level < 2:
+        pytest.skip("no vectorised native library")
+    status = build_library("cc", ("-O3", "-march=haswell", "-fPIC", "-shared", "-pthread"),
+                           folder=tmp_path_factory.mktemp("haswell"))
+    assert status.library is not None and status.library.simd_level == 2, status.reason
+    torch.manual_seed(7)
+    for out_features, in_features in ((37, 100), (6, 576), (13, 1536)):
+        weight = torch.randn(out_features, in_features) * in_features ** -0.5
+        kernel = NativeInt8Kernel(native, weight, None)
+        avx2 = NativeInt8Kernel(status.library, weight, None)
+        x = torch.randn(17, in_features)
+        x[3, :32] *= 60.0
+        x[5] = 0.0
+        single = torch.cat([kernel(x[r:r + 1]) for r in range(17)])
+        for rows in range(2, 18):
+            got = kernel(x[:rows])
+            assert torch.equal(got, single[:rows]), (out_features, in_features, rows)
+            assert torch.equal(got, avx2(x[:rows])), (out_features, in_features, rows)
+
+
 def test_int8_kernel_refuses_inputs_past_its_limit(library: NativeLibrary) -> None:
     with pytest.raises(ValueError, match="in_features 1048608 is above"):
         NativeInt8Kernel(library, torch.zeros(1, 2**20 + 32), None)

@@ -19,7 +19,8 @@
  * Tiles of several output rows share each activation load; with several activation rows
  * each weight load is reused across them (the compute-bound regime of a batch).
  *
- * AVX2 + FMA (+ F16C) paths under #ifdef __AVX2__, plain C otherwise. Single-threaded:
+ * AVX2 + FMA (+ F16C) paths under #ifdef __AVX2__, plain C otherwise; the int8 kernel at
+ * several rows has an AVX-512 (VNNI + BW) path beside, with the same results. Single-threaded:
  * the engine measures its thread count, and these run as one of the timed candidates.
  */
 #include <math.h>
@@ -447,8 +448,9 @@ static inline void i8_scale4(__m128 acc, const float *wscale, float xs, int nb, 
 }
 
 /* rows >= 2, kp >= 32. */
-static int i8_many(const float *x, int64_t rows, int64_t k, const int8_t *w,
-                   const float *wscale, int64_t n, int64_t kp, float *y) {
+static __attribute__((unused)) int i8_many(const float *x, int64_t rows, int64_t k,
+                                           const int8_t *w, const float *wscale, int64_t n,
+                                           int64_t kp, float *y) {
     /* xq (rows * kp), the streams (3 * rows * kp), the row scales, the block multipliers;
      * 64-byte aligned. */
     const int64_t blocks = kp / 32;
@@ -500,12 +502,149 @@ static int i8_many(const float *x, int64_t rows, int64_t k, const int8_t *w,
 }
 #endif
 
+/* Many rows on AVX-512 VNNI + BW. vpsignb has no 512-bit form, and the block multipliers
+ * m need 16 bits beside the 8 of x; so each activation goes in as the int16 x * m
+ * (|x * m| <= 127 * 255 = 32385) and each weight as int16 (vpmovsxbw, once per group of
+ * rows and block), and one vpdpwssd on 512-bit registers does the 32 products of a block
+ * of 32 columns and their sums in pairs: int32 lane i holds columns 2i and 2i + 1, where
+ * the one-row kernel's lane i holds 4i..4i + 3 (vpmaddubsw's pair, then vpmaddwd's). At
+ * the end each pair of lanes is added in int32 (exact: i8_levels bounds the one-row
+ * kernel's lane, and the wrapping sums are exact mod 2^32 anyway), which gives that
+ * kernel's 8 integers per output, summed in float in its order (hsum4_lanes), then
+ * scaled in its order: a row's outputs do not depend on the rows beside it or on this
+ * path. Per 32 products: one vpdpwssd, against the AVX2 path's vpsignb + vpmaddubsw +
+ * vpdpwssd on half the width. */
+#ifndef TI_I8_ZMM       /* -DTI_I8_ZMM=0: the AVX2 path above on such a CPU too */
+#if TI_I8_MANY && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define TI_I8_ZMM 1
+#else
+#define TI_I8_ZMM 0
+#endif
+#endif
+
+#if TI_I8_ZMM
+/* Rows per pass over the weights: their int16 activations (2 * kp bytes per row) stay in
+ * L1/L2 while each tile of 4 output rows meets every one of them. */
+#define I8Z_ROW_BLOCK 16
+/* Rows per pass over a tile: 4 * G accumulators, 4 weight registers, x (6 rows, 29
+ * registers, measured no faster than 4). */
+#define I8Z_GROUP_MAX 4
+
+/* The one-row kernel's 8 int32 sums from the 16 lanes of pairs: lanes 2i and 2i + 1
+ * added (in the low half of each 64-bit lane). */
+static inline __m256i i8z_fold(__m512i z) {
+    return _mm512_cvtepi64_epi32(_mm512_add_epi64(z, _mm512_srli_epi64(z, 32)));
+}
+
+/* acc + vpdpwssd(x, w), the accumulator tied to its register: GCC's intrinsic copied
+ * every accumulator to another register and back around each vpdpwssd. */
+static inline __m512i i8z_dp(__m512i acc, __m512i x, __m512i w) {
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
+    return acc;
+}
+
+/* G rows (xm: G rows of kp int16, stride kp) against one tile of 4 output rows (w, its
+ * interleaved int8 layout): the sums to acc[g], as i8_lone's. */
+static inline __attribute__((always_inline)) void i8z_group(const int8_t *w, const int16_t *xm,
+                                                           int64_t kp, int G, __m128 *acc,
+                                                           const int8_t *next) {
+    __m512i a[I8Z_GROUP_MAX][4];
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < 4; j++) a[g][j] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < kp; k += 32, w += 128) {
+        if (next) {
+            _mm_prefetch((const char *)next + 4 * k, _MM_HINT_T0);
+            _mm_prefetch((const char *)next + 4 * k + 64, _MM_HINT_T0);
+        }
+        __m512i wv[4];
+        for (int j = 0; j < 4; j++)
+            wv[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + 32 * j)));
+        for (int g = 0; g < G; g++) {
+            __m512i xv = _mm512_loadu_si512((const void *)(xm + g * kp + k));
+            for (int j = 0; j < 4; j++) a[g][j] = i8z_dp(a[g][j], xv, wv[j]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        acc[g] = hsum4_lanes(i8z_fold(a[g][0]), i8z_fold(a[g][1]), i8z_fold(a[g][2]),
+                             i8z_fold(a[g][3]));
+}
+
+#define I8Z_GROUP(G)                                                                       \
+    static void i8z_group_##G(const int8_t *w, const int16_t *xm, int64_t kp, __m128 *acc, \
+                              const int8_t *next) {                                        \
+        i8z_group(w, xm, kp, G, acc, next);                                                \
+    }
+I8Z_GROUP(1)
+I8Z_GROUP(2)
+I8Z_GROUP(3)
+I8Z_GROUP(4)
+
+/* rows >= 2, kp >= 32. */
+static int i8z_many(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                    const float *wscale, int64_t n, int64_t kp, float *y) {
+    /* xm (rows * kp int16), xq (rows * kp), the block multipliers, the row scales;
+     * 64-byte aligned. */
+    const int64_t blocks = kp / 32;
+    size_t bytes = (size_t)(3 * rows * kp) + (size_t)(rows * blocks) * sizeof(int16_t)
+                   + (size_t)rows * sizeof(float);
+    int16_t *xm = (int16_t *)aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!xm) return -1;
+    int8_t *xq = (int8_t *)(xm + rows * kp);
+    int16_t *m = (int16_t *)(xq + rows * kp);
+    float *xs = (float *)(m + rows * blocks);
+    quantize_blocks(x, rows, k, kp, i8_levels(kp), xq, m, xs);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < blocks; b++) {
+            const int8_t *q8 = xq + r * kp + 32 * b;
+            __m512i q = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)q8));
+            _mm512_storeu_si512((void *)(xm + r * kp + 32 * b),
+                                _mm512_mullo_epi16(q, _mm512_set1_epi16(m[r * blocks + b])));
+        }
+    __m128 acc[I8Z_GROUP_MAX];
+    for (int64_t r0 = 0; r0 < rows; r0 += I8Z_ROW_BLOCK) {
+        int64_t r1 = rows - r0 < I8Z_ROW_BLOCK ? rows : r0 + I8Z_ROW_BLOCK;
+        for (int64_t t = 0; t < n; t += 4) {
+            const int8_t *tile = w + t * kp;
+            int nb = n - t < 4 ? (int)(n - t) : 4;
+            __m128 ws = nb == 4 ? _mm_loadu_ps(wscale + t) : _mm_setzero_ps();
+            for (int64_t r = r0; r < r1;) {
+                /* the rows left in groups of at most I8Z_GROUP_MAX, as even as they go */
+                int left = (int)(r1 - r), parts = (left + I8Z_GROUP_MAX - 1) / I8Z_GROUP_MAX;
+                int g = (left + parts - 1) / parts;
+                const int16_t *xr = xm + r * kp;
+                const int8_t *next = r == r0 ? tile + 4 * kp : NULL;
+                switch (g) {
+                case 4: i8z_group_4(tile, xr, kp, acc, next); break;
+                case 3: i8z_group_3(tile, xr, kp, acc, next); break;
+                case 2: i8z_group_2(tile, xr, kp, acc, next); break;
+                default: i8z_group_1(tile, xr, kp, acc, next); break;
+                }
+                for (int i = 0; i < g; i++) {
+                    if (nb == 4)
+                        _mm_storeu_ps(y + (r + i) * n + t,
+                                      _mm_mul_ps(_mm_mul_ps(acc[i], ws), _mm_set1_ps(xs[r + i])));
+                    else
+                        i8_scale4(acc[i], wscale + t, xs[r + i], nb, y + (r + i) * n + t);
+                }
+                r += g;
+            }
+        }
+    }
+    free(xm);
+    return 0;
+}
+#endif
+
 int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                    const float *wscale, const float *bias, int64_t n, int64_t kp, float *y) {
     if (i8_levels(kp) < 1) return -2;       /* kp past 2^20: an int32 lane could overflow */
 #if TI_I8_MANY
     if (rows > 1 && kp > 0) {
+#if TI_I8_ZMM
+        if (i8z_many(x, rows, k, w, wscale, n, kp, y)) return -1;
+#else
         if (i8_many(x, rows, k, w, wscale, n, kp, y)) return -1;
+#endif
         if (bias)
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t j = 0; j < n; j++) y[r * n + j] += bias[j];
