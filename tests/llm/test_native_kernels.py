@@ -243,8 +243,9 @@ def test_int8_kernel_at_2_to_17_rows_equals_one_row_calls_and_the_avx2_build(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     # Where the compiler targets AVX-512 VNNI + BW, several rows go through another kernel
     # (int16 activations times the block multipliers, vpdpwssd on 512-bit registers, rows
-    # in groups of up to 4): every group size, partial tiles of output rows, a row block
-    # of 16 and one past it, bit for bit as one-row calls and as the AVX2 build.
+    # in groups of up to 4; in_features from 384): every group size, partial tiles of
+    # output rows, a row block of 16 and one past it, a partial block of 32 columns, bit
+    # for bit as one-row calls and as the AVX2 build.
     native = native_status().library
     if native is None or native.simd_level < 2:
         pytest.skip("no vectorised native library")
@@ -252,7 +253,7 @@ def test_int8_kernel_at_2_to_17_rows_equals_one_row_calls_and_the_avx2_build(
                            folder=tmp_path_factory.mktemp("haswell"))
     assert status.library is not None and status.library.simd_level == 2, status.reason
     torch.manual_seed(7)
-    for out_features, in_features in ((37, 100), (6, 576), (13, 1536)):
+    for out_features, in_features in ((37, 100), (37, 400), (6, 576), (13, 1536)):
         weight = torch.randn(out_features, in_features) * in_features ** -0.5
         kernel = NativeInt8Kernel(native, weight, None)
         avx2 = NativeInt8Kernel(status.library, weight, None)

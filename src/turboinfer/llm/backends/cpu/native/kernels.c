@@ -448,9 +448,8 @@ static inline void i8_scale4(__m128 acc, const float *wscale, float xs, int nb, 
 }
 
 /* rows >= 2, kp >= 32. */
-static __attribute__((unused)) int i8_many(const float *x, int64_t rows, int64_t k,
-                                           const int8_t *w, const float *wscale, int64_t n,
-                                           int64_t kp, float *y) {
+static int i8_many(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                   const float *wscale, int64_t n, int64_t kp, float *y) {
     /* xq (rows * kp), the streams (3 * rows * kp), the row scales, the block multipliers;
      * 64-byte aligned. */
     const int64_t blocks = kp / 32;
@@ -529,6 +528,11 @@ static __attribute__((unused)) int i8_many(const float *x, int64_t rows, int64_t
 /* Rows per pass over a tile: 4 * G accumulators, 4 weight registers, x (6 rows, 29
  * registers, measured no faster than 4). */
 #define I8Z_GROUP_MAX 4
+/* Below this kp the AVX2 path is faster: each pass over a tile ends in 16 accumulators'
+ * lanes folded and summed, which short rows do not amortize (Zen 4, one thread, weights
+ * in cache, G multiply-adds/s, AVX2 / this at 16 rows: kp 256 70 / 66, 384 73 / 80,
+ * 576 74 / 88, 1536 75 / 101). */
+#define I8Z_MIN_KP 384
 
 /* The one-row kernel's 8 int32 sums from the 16 lanes of pairs: lanes 2i and 2i + 1
  * added (in the low half of each 64-bit lane). */
@@ -579,7 +583,7 @@ I8Z_GROUP(2)
 I8Z_GROUP(3)
 I8Z_GROUP(4)
 
-/* rows >= 2, kp >= 32. */
+/* rows >= 2, kp >= 32 (a multiple of 32). */
 static int i8z_many(const float *x, int64_t rows, int64_t k, const int8_t *w,
                     const float *wscale, int64_t n, int64_t kp, float *y) {
     /* xm (rows * kp int16), xq (rows * kp), the block multipliers, the row scales;
@@ -641,7 +645,9 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
 #if TI_I8_MANY
     if (rows > 1 && kp > 0) {
 #if TI_I8_ZMM
-        if (i8z_many(x, rows, k, w, wscale, n, kp, y)) return -1;
+        if (kp >= I8Z_MIN_KP ? i8z_many(x, rows, k, w, wscale, n, kp, y)
+                             : i8_many(x, rows, k, w, wscale, n, kp, y))
+            return -1;
 #else
         if (i8_many(x, rows, k, w, wscale, n, kp, y)) return -1;
 #endif
