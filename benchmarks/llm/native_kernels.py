@@ -27,7 +27,7 @@ what the load-time measurement (``llm/backends/cpu/kernels.py``) picks per shape
 
 ``--quant-rows --baseline REV`` times the native int8 and int4 kernels against themselves as
 ``kernels.c`` stood at ``REV`` (writes native_quant_rows.json), on SmolLM2-135M's linear
-shapes and the demo model's at 1 and 16 rows, interleaved as above.
+shapes and the demo model's at 1 and 16 rows (``--rows``), interleaved as above.
 
 ``--f32-rows`` does the same for the native fp32 kernel at the few rows of a speculative
 verification (1-16), on the demo model's shapes and the 110M model's, against torch's
@@ -462,9 +462,12 @@ def f32_rows(args: argparse.Namespace) -> None:
 
 def machine() -> dict[str, Any]:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
-                  if line.startswith("Model name")), platform.processor())
-    return {"cpu": model, "logical_cpus": os.cpu_count(), "python": platform.python_version()}
+    fields = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip()
+              for line in lscpu.splitlines() if ":" in line}
+    model = fields.get("Model name", platform.processor())
+    # "AMD EPYC" alone does not say the generation: family 25 is Zen 3 / Zen 4, 26 Zen 5.
+    return {"cpu": model, "cpu_family": fields.get("CPU family"), "cpu_model": fields.get("Model"),
+            "logical_cpus": os.cpu_count(), "python": platform.python_version()}
 
 
 def main() -> None:
