@@ -12,7 +12,16 @@ at ``--concurrency`` closed-loop clients, the two doors in alternating cells:
   ``[1, 3, 224, 224]`` float32 tensor;
 - MiniLM from a sentence the server tokenizes, against the client's token tensors of
   the same sentence; and the embeddings of both doors compared over the zoo's held-out
-  sentences (cosine).
+  sentences (cosine);
+- PyTriton (nvidia-pytriton, its own venv at ``$PEERS_DIR/pytriton``, default
+  ``/work/peers``) serving the same ResNet-18 export from the same JPEG files, its Python
+  callable decoding, resizing and cropping them as the server does, then onnxruntime
+  (``benchmarks/serving/peers/pytriton_jpeg.py``), in cells beside turboinfer's JPEG
+  door; its logits are compared with turboinfer's on the 16 images first. Without the
+  venv that side is skipped with a note. Create it with
+
+      python -m venv /work/peers/pytriton && /work/peers/pytriton/bin/pip install \\
+          nvidia-pytriton onnxruntime numpy pillow
 
 Raw results go to ``prepost.json``; the load reports carry the server's split of its
 time into pre-processing, queue, compute and post-processing.
@@ -26,7 +35,9 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +49,8 @@ sys.path.insert(0, str(SRC))
 
 from turboinfer.load.inputs import DATATYPES  # noqa: E402,F401  (the project on the path)
 
+PEERS = Path(os.environ.get("PEERS_DIR", "/work/peers"))
+PYTRITON_PORT = 18840  # and the next two: its gRPC and metrics ports
 IMAGES = 16
 SENTENCE = "A man is playing a guitar on a small stage in front of a quiet crowd."
 
@@ -64,6 +77,77 @@ def start_server(log: Path) -> tuple[subprocess.Popen[str], int]:
     line = process.stdout.readline()
     fields = dict(part.split("=", 1) for part in line.split()[2:])
     return process, int(fields["http"].rsplit(":", 1)[1])
+
+
+def start_pytriton(work: Path) -> subprocess.Popen[bytes] | None:
+    """PyTriton serving the zoo's ResNet-18 export from JPEG bytes; None without its venv."""
+    python = PEERS / "pytriton" / "bin" / "python"
+    if not python.exists():
+        return None
+    from turboinfer.models import resolve_model
+
+    onnx = resolve_model("builtin:resnet18").artifact.onnx_path
+    # Triton's Python stub links the system libpython, which need not match the venv's
+    # standard library: this interpreter's own libpython goes first.
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    env.pop("PYTHONPATH", None)
+    return subprocess.Popen(
+        [str(python), str(HERE.parent / "serving" / "peers" / "pytriton_jpeg.py"), str(onnx),
+         str(PYTRITON_PORT), "resnet18"], stdout=(work / "pytriton.log").open("wb"),
+        stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def wait_ready(port: int, process: subprocess.Popen[bytes], model: str,
+               timeout_s: float = 240) -> None:
+    import http.client
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server on {port} exited with {process.returncode}")
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            connection.request("GET", f"/v2/models/{model}/ready")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"server on {port} not ready in {timeout_s:.0f} s")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """End a server started in its own session: its whole process group."""
+    if process.poll() is None:
+        os.killpg(process.pid, 15)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait(10)
+
+
+def same_logits(ports: tuple[int, int], folder: Path) -> dict[str, float]:
+    """Both servers' logits for every JPEG: top-1 agreement and largest difference."""
+    import tritonclient.http as httpclient
+
+    top1, worst = 0, 0.0
+    files = sorted(folder.glob("*.jpg"))
+    clients = [httpclient.InferenceServerClient(f"127.0.0.1:{port}") for port in ports]
+    for file in files:
+        logits = []
+        for client, shape in zip(clients, ([1], [1, 1]), strict=True):
+            image = httpclient.InferInput("image", shape, "BYTES")
+            image.set_data_from_numpy(np.array([file.read_bytes()], dtype=object)
+                                      .reshape(shape))
+            logits.append(client.infer("resnet18", [image]).as_numpy("logits")[0])
+        top1 += int(logits[0].argmax() == logits[1].argmax())
+        worst = max(worst, float(np.abs(logits[0] - logits[1]).max()))
+    for client in clients:
+        client.close()
+    return {"images": len(files), "top1_agreement": top1 / len(files),
+            "max_abs_logit_difference": worst}
 
 
 def load(port: int, model: str, data: Path, concurrency: int, out: Path) -> dict:
@@ -138,40 +222,74 @@ def summary(cells: dict[str, list[dict]], raw: str, tensor: str) -> dict[str, fl
             "ratio_median": median[raw] / median[tensor]}
 
 
+def per_cell(cells: dict[str, list[dict]], label: str, peer: str) -> dict:
+    """``label`` over ``peer``, cell by cell (the cells of one round side by side)."""
+    ours = [c["qps"] for c in cells[label]]
+    theirs = [c["qps"] for c in cells[peer]]
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+    return {f"{label}_qps": ours, f"{peer}_qps": theirs, "ratio_per_round": ratios,
+            "ratio_median": float(np.median(ours)) / float(np.median(theirs)),
+            "ratio_best": max(ours) / max(theirs)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--no-pytriton", action="store_true",
+                        help="leave PyTriton out even when its venv exists")
     args = parser.parse_args()
     cells: dict[str, list[dict]] = {}
-    result: dict = {"cores": os.cpu_count(), "concurrency": args.concurrency,
+    from turboinfer.hardware import profile
+
+    cpu = profile(engines=False, gpus=False).cpu
+    result: dict = {"cpu": cpu.model_name, "isa": sorted(cpu.features),
+                    "cores": os.cpu_count(), "concurrency": args.concurrency,
                     "load_average_1m_before": os.getloadavg()[0], "cells": cells}
     with tempfile.TemporaryDirectory(prefix="prepost-") as tmp:
         work = Path(tmp)
         images, image_tensor = image_data(work)
         sentence, text_tensors = text_data(work)
         process, port = start_server(work / "server.log")
+        peer = start_pytriton(work) if not args.no_pytriton else None
         try:
             result["minilm_cosine"] = cosines(port)
-            plan = [("resnet18_jpeg", "resnet18", images),
-                    ("resnet18_tensor", "resnet18", image_tensor),
-                    ("minilm_strings", "minilm", sentence),
-                    ("minilm_tensors", "minilm", text_tensors)]
+            plan = [("resnet18_jpeg", port, "resnet18", images),
+                    ("resnet18_tensor", port, "resnet18", image_tensor),
+                    ("minilm_strings", port, "minilm", sentence),
+                    ("minilm_tensors", port, "minilm", text_tensors)]
+            if peer is None:
+                result["pytriton"] = ("skipped: --no-pytriton" if args.no_pytriton else
+                                      f"skipped: no venv at {PEERS / 'pytriton'}")
+            else:
+                try:
+                    wait_ready(PYTRITON_PORT, peer, "resnet18")
+                except RuntimeError as exc:
+                    log = (work / "pytriton.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"PyTriton did not start ({exc}):\n{log}") from None
+                result["pytriton_logits"] = same_logits((port, PYTRITON_PORT), images)
+                print("pytriton_logits", json.dumps(result["pytriton_logits"]), flush=True)
+                plan.insert(1, ("pytriton_jpeg", PYTRITON_PORT, "resnet18", images))
             for round_index in range(args.rounds):
                 order = plan if round_index % 2 == 0 else plan[::-1]
-                for label, model, data in order:
-                    cell = load(port, model, data, args.concurrency, work / f"{label}.json")
+                for label, server, model, data in order:
+                    cell = load(server, model, data, args.concurrency, work / f"{label}.json")
                     cells.setdefault(label, []).append(cell)
                     print(label, json.dumps(cell), flush=True)
         finally:
             process.terminate()
             process.wait(30)
+            if peer is not None:
+                stop(peer)
     result["resnet18"] = summary(cells, "resnet18_jpeg", "resnet18_tensor")
     result["minilm"] = summary(cells, "minilm_strings", "minilm_tensors")
+    if "pytriton_jpeg" in cells:
+        result["pytriton"] = per_cell(cells, "resnet18_jpeg", "pytriton_jpeg")
+    result["load_average_1m_after"] = os.getloadavg()[0]
     (HERE / "prepost.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("resnet18", "minilm", "minilm_cosine")},
-                     indent=2))
+    print(json.dumps({k: result[k] for k in ("resnet18", "minilm", "minilm_cosine",
+                                             "pytriton")}, indent=2))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ from real_server import RealServer, serve_repository
 from serve.prepost_models import image_classifier, photo, token_model, tokenizer
 from turboinfer.cli import main
 from turboinfer.errors import InvalidInputError
+from turboinfer.load.inputs import ModelInfo, TensorInfo
+from turboinfer.load.raw_data import raw_requests
 from turboinfer.load.scenarios import Scenario, ScenarioSettings
 from turboinfer.load.session import LoadSettings, run_load
 from turboinfer.serve.config import ModelConfig, write_entry
@@ -77,3 +79,27 @@ def test_a_model_without_that_input_is_refused(prepost_server: RealServer,
     with pytest.raises(InvalidInputError, match="takes no raw image input"):
         run_load(LoadSettings(url=prepost_server.http_url, model="txt", input_file=images,
                               scenario=QUICK))
+
+
+def test_a_server_that_declares_no_preprocessing_gets_its_one_bytes_input(
+        images: Path) -> None:
+    # Triton's metadata for a batching model (PyTriton, the Python backend): one BYTES
+    # input [-1, 1] and nothing that says it takes images.
+    triton = ModelInfo("jpeg", "1", (TensorInfo("image", "BYTES", (-1, 1)),),
+                       (TensorInfo("logits", "FP32", (-1, 1000)),), max_batch_size=32)
+    requests = raw_requests(images, triton, batch_size=2)
+    assert [list(r) for r in requests] == [["image"], ["image"]]
+    assert requests[0]["image"].shape == (2, 1)
+    assert requests[0]["image"][0, 0] == (images / "0.jpg").read_bytes()
+    flat = ModelInfo("jpeg", "1", (TensorInfo("image", "BYTES", (-1,)),), ())
+    assert raw_requests(images, flat, batch_size=1)[0]["image"].shape == (1,)
+
+
+def test_a_tensor_model_without_raw_inputs_is_still_refused(images: Path) -> None:
+    two = ModelInfo("two", "1", (TensorInfo("a", "BYTES", (-1, 1)),
+                                 TensorInfo("b", "FP32", (-1, 4))), ())
+    with pytest.raises(InvalidInputError, match="takes no raw image input"):
+        raw_requests(images, two, batch_size=1)
+    floats = ModelInfo("f", "1", (TensorInfo("x", "FP32", (-1, 4)),), ())
+    with pytest.raises(InvalidInputError, match="takes no raw image input"):
+        raw_requests(images, floats, batch_size=1)

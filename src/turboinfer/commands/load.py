@@ -85,6 +85,7 @@ def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
                        help="an .npz of tensors keyed by input name; or, for a model the "
                             "server pre-processes, a folder of images (JPEG/PNG/WebP) or a "
                             "text file (one string per line), sent as its raw BYTES input "
+                            "(or as the one input of a model whose only input is BYTES) "
                             "(default: random tensors, from metadata)")
     add_shape_argument(group, "--batch-size",
                        ". Changed: this flag used to take the whole shape, batch axis included")

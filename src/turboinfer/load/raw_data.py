@@ -3,6 +3,10 @@ lines from a file, sent as the BYTES input the server decodes (its metadata name
 
 Requests are built once, ``batch_size`` items each, and sent in turn, so the server
 decodes different images rather than one cached file.
+
+A server that does not say which input it pre-processes (Triton's Python backend,
+PyTriton) is sent the data in its one input when that input is BYTES, shaped as its
+metadata states: ``[N]``, or ``[N, 1]`` for a batching Triton model's ``[-1, 1]``.
 """
 
 from __future__ import annotations
@@ -32,16 +36,20 @@ def raw_requests(path: Path, info: ModelInfo, batch_size: int) -> list[Tensors]:
     else:
         kind, items = "text", _lines(path, batch_size)
     spec = _raw_input(info, kind, path)
+    # [N] by default; [N, 1] when the metadata gives the input a second axis of one.
+    shape = (batch_size, 1) if spec.shape[1:] in ((1,), (-1,)) else (batch_size,)
     requests = []
     for start in range(0, len(items) - batch_size + 1, batch_size):
         batch = np.empty(batch_size, dtype=object)
         batch[:] = items[start:start + batch_size]
-        requests.append({spec.name: batch})
+        requests.append({spec.name: batch.reshape(shape)})
     return requests
 
 
 def _raw_input(info: ModelInfo, kind: str, path: Path) -> TensorInfo:
     spec = info.raw_input(kind) or info.raw_input("raw")  # gRPC cannot tell the kind
+    if spec is None and len(info.inputs) == 1 and info.inputs[0].datatype == "BYTES":
+        spec = info.inputs[0]  # a server that declares no pre-processing: its one input
     if spec is None:
         raise InvalidInputError(f"--input-data {path}: model {info.name!r} takes no raw "
                                 f"{kind} input (the server declares no {kind} "
