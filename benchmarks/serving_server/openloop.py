@@ -66,13 +66,21 @@ def start_turboinfer(repo: Path, src: Path, port: int, work: Path) -> subprocess
                   work / f"turboinfer-{port}.log", env)
 
 
+def pytriton_env() -> dict[str, str]:
+    """The environment PyTriton starts in: Triton's Python stub links the system
+    libpython, which need not match the venv's standard library, so this interpreter's
+    own libpython goes first; no PYTHONPATH of this project."""
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    env.pop("PYTHONPATH", None)
+    return env
+
+
 def start_pytriton(onnx: Path, port: int, work: Path) -> subprocess.Popen[bytes] | None:
     python = PEERS / "pytriton" / "bin" / "python"
     if not python.exists():
         return None
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    env.pop("PYTHONPATH", None)
+    env = pytriton_env()
     return _spawn([str(python), str(HERE.parent / "serving" / "peers" / "pytriton_serve.py"),
                    str(onnx), str(port), MODEL, str(int(DELAY_MS * 1000))],
                   work / "pytriton.log", env)

@@ -35,9 +35,7 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +44,8 @@ from PIL import Image
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent.parent / "src"
 sys.path.insert(0, str(SRC))
+
+from openloop import _spawn, _stop, pytriton_env, wait_ready  # noqa: E402  (beside this script)
 
 from turboinfer.load.inputs import DATATYPES  # noqa: E402,F401  (the project on the path)
 
@@ -87,45 +87,9 @@ def start_pytriton(work: Path) -> subprocess.Popen[bytes] | None:
     from turboinfer.models import resolve_model
 
     onnx = resolve_model("builtin:resnet18").artifact.onnx_path
-    # Triton's Python stub links the system libpython, which need not match the venv's
-    # standard library: this interpreter's own libpython goes first.
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    env.pop("PYTHONPATH", None)
-    return subprocess.Popen(
-        [str(python), str(HERE.parent / "serving" / "peers" / "pytriton_jpeg.py"), str(onnx),
-         str(PYTRITON_PORT), "resnet18"], stdout=(work / "pytriton.log").open("wb"),
-        stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def wait_ready(port: int, process: subprocess.Popen[bytes], model: str,
-               timeout_s: float = 240) -> None:
-    import http.client
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server on {port} exited with {process.returncode}")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            connection.request("GET", f"/v2/models/{model}/ready")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"server on {port} not ready in {timeout_s:.0f} s")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """End a server started in its own session: its whole process group."""
-    if process.poll() is None:
-        os.killpg(process.pid, 15)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait(10)
+    return _spawn([str(python), str(HERE.parent / "serving" / "peers" / "pytriton_jpeg.py"),
+                   str(onnx), str(PYTRITON_PORT), "resnet18"], work / "pytriton.log",
+                  pytriton_env())
 
 
 def same_logits(ports: tuple[int, int], folder: Path) -> dict[str, float]:
@@ -264,7 +228,7 @@ def main() -> None:
                                       f"skipped: no venv at {PEERS / 'pytriton'}")
             else:
                 try:
-                    wait_ready(PYTRITON_PORT, peer, "resnet18")
+                    wait_ready(PYTRITON_PORT, peer, model="resnet18")
                 except RuntimeError as exc:
                     log = (work / "pytriton.log").read_text(errors="replace")[-2000:]
                     raise RuntimeError(f"PyTriton did not start ({exc}):\n{log}") from None
@@ -281,7 +245,7 @@ def main() -> None:
             process.terminate()
             process.wait(30)
             if peer is not None:
-                stop(peer)
+                _stop(peer)
     result["resnet18"] = summary(cells, "resnet18_jpeg", "resnet18_tensor")
     result["minilm"] = summary(cells, "minilm_strings", "minilm_tensors")
     if "pytriton_jpeg" in cells:
