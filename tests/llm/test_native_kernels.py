@@ -219,16 +219,24 @@ def test_an_outlier_channel_costs_only_its_own_block(library: NativeLibrary) -> 
     assert _rel(int4(x), F.linear(x, dequantize_int4_native(*quantize_int4_native(weight)))) < 0.02
 
 
-def test_int8_kernel_gives_the_same_numbers_with_and_without_vnni(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
-    # Where the compiler targets AVX-512 VNNI, vpdpwssd does vpmaddwd + vpaddd's work:
-    # the same integers, so the AVX2 build (Haswell) must agree bit for bit.
+@pytest.fixture(scope="module")
+def haswell(tmp_path_factory: pytest.TempPathFactory) -> NativeLibrary:
+    """The library built for AVX2 (Haswell), beside a vectorised native one."""
     native = native_status().library
     if native is None or native.simd_level < 2:
         pytest.skip("no vectorised native library")
     status = build_library("cc", ("-O3", "-march=haswell", "-fPIC", "-shared", "-pthread"),
                            folder=tmp_path_factory.mktemp("haswell"))
     assert status.library is not None and status.library.simd_level == 2, status.reason
+    return status.library
+
+
+def test_int8_kernel_gives_the_same_numbers_with_and_without_vnni(
+        haswell: NativeLibrary) -> None:
+    # Where the compiler targets AVX-512 VNNI, vpdpwssd does vpmaddwd + vpaddd's work:
+    # the same integers, so the AVX2 build (Haswell) must agree bit for bit.
+    native = native_status().library
+    assert native is not None
     torch.manual_seed(6)
     for out_features, in_features in ((37, 100), (64, 576), (24, 2048)):
         weight = torch.randn(out_features, in_features) * in_features ** -0.5
@@ -236,27 +244,23 @@ def test_int8_kernel_gives_the_same_numbers_with_and_without_vnni(
             x = torch.randn(rows, in_features)
             x[0, :5] *= 40.0
             assert torch.equal(NativeInt8Kernel(native, weight, None)(x),
-                               NativeInt8Kernel(status.library, weight, None)(x))
+                               NativeInt8Kernel(haswell, weight, None)(x))
 
 
 def test_int8_kernel_at_2_to_17_rows_equals_one_row_calls_and_the_avx2_build(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
+        haswell: NativeLibrary) -> None:
     # Where the compiler targets AVX-512 VNNI + BW, several rows go through another kernel
     # (int16 activations times the block multipliers, vpdpwssd on 512-bit registers, rows
     # in groups of up to 4; in_features from 384): every group size, partial tiles of
     # output rows, a row block of 16 and one past it, a partial block of 32 columns, bit
     # for bit as one-row calls and as the AVX2 build.
     native = native_status().library
-    if native is None or native.simd_level < 2:
-        pytest.skip("no vectorised native library")
-    status = build_library("cc", ("-O3", "-march=haswell", "-fPIC", "-shared", "-pthread"),
-                           folder=tmp_path_factory.mktemp("haswell"))
-    assert status.library is not None and status.library.simd_level == 2, status.reason
+    assert native is not None
     torch.manual_seed(7)
     for out_features, in_features in ((37, 100), (37, 400), (6, 576), (13, 1536)):
         weight = torch.randn(out_features, in_features) * in_features ** -0.5
         kernel = NativeInt8Kernel(native, weight, None)
-        avx2 = NativeInt8Kernel(status.library, weight, None)
+        avx2 = NativeInt8Kernel(haswell, weight, None)
         x = torch.randn(17, in_features)
         x[3, :32] *= 60.0
         x[5] = 0.0
