@@ -19,7 +19,8 @@ kernels), the kernel chosen per shape with every candidate's timing, greedy ids 
 native runs against the torch-kernel runs of the same format, perplexity of every format
 on each kind of kernel, the load average.
 
-``--int8-rows`` times kernels alone instead: the native int8 kernel against fbgemm's
+``--int8-rows`` times kernels alone instead: the native int8 kernel (and its AMX form where
+AMX runs) against fbgemm's
 dynamic int8 linear (and, with ``--baseline``, the native kernel as ``kernels.c`` stood at
 that git revision) on the model's linear shapes at 1, 16, 64 and 512 rows, in interleaved
 rounds on one thread, each round's time per call and the per-round ratios recorded, then
@@ -301,6 +302,7 @@ def int8_rows(args: argparse.Namespace) -> None:
 
     from turboinfer.llm.backends.cpu.kernel_candidates import (
         DynamicInt8Kernel,
+        NativeAmxInt8Kernel,
         NativeInt8Kernel,
         candidates,
     )
@@ -314,6 +316,8 @@ def int8_rows(args: argparse.Namespace) -> None:
         raise SystemExit(f"no native library: {native_status().reason}")
     builders = {"int8_native": lambda w: NativeInt8Kernel(lib, w, None),
                 "int8_dynamic_fbgemm": lambda w: DynamicInt8Kernel(w, None, "fbgemm")}
+    if lib.has_amx:
+        builders["int8_amx_native"] = lambda w: NativeAmxInt8Kernel(lib, w, None)
     if args.baseline:
         before = baseline_library(args.baseline)
         builders[f"int8_native@{args.baseline}"] = lambda w: NativeInt8Kernel(before, w, None)

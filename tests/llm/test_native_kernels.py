@@ -292,7 +292,8 @@ def test_native_kernels_are_measured_candidates() -> None:
     for mode, name in [(QuantMode.NONE, "fp32_native"), (QuantMode.INT8, "int8_native"),
                        (QuantMode.INT4, "int4_native")]:
         assert name in {c.name for c in candidates(mode)}
-        assert absent_candidates(mode) == {}
+        # where AMX does not run, its int8 kernel is reported absent (test_native_amx.py)
+        assert set(absent_candidates(mode)) <= {"int8_amx_native"}
     # The int4 kernel holds groups of 32 only.
     assert "int4_native" not in {c.name for c in candidates(QuantMode.INT4, group_size=64)}
     assert "groups of 32" in absent_candidates(QuantMode.INT4, group_size=64)["int4_native"]
@@ -343,7 +344,10 @@ def test_model_on_native_quantized_kernels_matches_its_float_weights(
     plain = _dequantized(load_model(tiny_llama_dir), mode)
     model = load_model(tiny_llama_dir)
     choices = select_kernels(model, mode)
-    assert {c.chosen for c in choices} == {f"{mode.value}_native", "int8_native"}
+    chosen = {c.chosen for c in choices}
+    int8 = {"int8_native", "int8_amx_native"}     # the second where AMX runs
+    assert chosen <= {f"{mode.value}_native"} | int8 and chosen & {f"{mode.value}_native",
+                                                                  *int8}, chosen
     ids = torch.arange(1, 40) % plain.config.vocab_size
     pos = torch.arange(ids.numel())
     with torch.inference_mode():

@@ -25,7 +25,12 @@ import torch.nn.functional as F
 
 from turboinfer.llm.backends.cpu.native import NativeLibrary, native_status
 from turboinfer.llm.backends.cpu.native.hugepages import on_huge_pages
-from turboinfer.llm.backends.cpu.native.layout import f32_tiles, int4_tiles, int8_tiles
+from turboinfer.llm.backends.cpu.native.layout import (
+    amx_int8_tiles,
+    f32_tiles,
+    int4_tiles,
+    int8_tiles,
+)
 from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.quant import (
     NATIVE_GROUP,
@@ -250,6 +255,33 @@ class NativeInt8Kernel(NativeKernel):
                 self.out_features, self.padded)
 
 
+class NativeAmxInt8Kernel(NativeKernel):
+    """``NativeInt8Kernel``'s quantization (the same weights, the same activation blocks)
+    on Intel AMX tiles (``amx.c``): its own weight layout, and each output's exact integer
+    sum rounded once, so its results differ from that kernel's by float rounding only.
+    Offered where AMX runs; many rows (a verification, a batch, a prompt) cost little
+    more than one."""
+
+    name = "int8_amx_native"
+    MAX_IN_FEATURES = 2**16     # past it a sum of the low bytes could overflow int32
+
+    def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
+                 bias: torch.Tensor | None) -> None:
+        if weight.shape[1] > self.MAX_IN_FEATURES:
+            raise ValueError(f"native AMX int8 kernel: in_features {weight.shape[1]} is above "
+                             f"its limit of {self.MAX_IN_FEATURES}")
+        q, scales = quantize_int8(weight.float())
+        n, k = q.shape
+        self.tiles, self.padded = amx_int8_tiles(q)
+        self.scales = scales.float().contiguous()
+        self.bias = None if bias is None else bias.float().contiguous()
+        super().__init__(lib.amx_int8_linear, n, k, _nbytes(self.tiles, self.scales, self.bias))
+
+    def _fixed_args(self) -> tuple[object, ...]:
+        return (self.tiles.data_ptr(), self.scales.data_ptr(), _ptr(self.bias),
+                self.out_features, self.padded)
+
+
 class NativeInt4Kernel(NativeKernel):
     """4-bit weights in groups of 32 with fp16 scale and minimum, activations quantized
     to int8 per group of 32 and call (``kernels.c``)."""
@@ -338,6 +370,8 @@ _NATIVE: dict[QuantMode, tuple[str, Callable[..., Kernel]]] = {
     QuantMode.INT4: (NativeInt4Kernel.name, NativeInt4Kernel),
     QuantMode.NONE: (NativeF32Kernel.name, NativeF32Kernel),
 }
+NATIVE_KERNELS = (NativeInt8Kernel.name, NativeAmxInt8Kernel.name, NativeInt4Kernel.name,
+                  NativeF32Kernel.name)
 
 
 def _native_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
@@ -345,7 +379,11 @@ def _native_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
     if lib is None or (mode is QuantMode.INT4 and group_size != NATIVE_GROUP):
         return []
     name, kernel = _NATIVE[mode]
-    return [Candidate(name, lambda w, b, r: kernel(lib, w, b))]
+    out = [Candidate(name, lambda w, b, r: kernel(lib, w, b))]
+    if mode is QuantMode.INT8 and lib.has_amx:
+        out.append(Candidate(NativeAmxInt8Kernel.name,
+                             lambda w, b, r: NativeAmxInt8Kernel(lib, w, b)))
+    return out
 
 
 def absent_candidates(mode: QuantMode, *, group_size: int = 32) -> dict[str, str]:
@@ -356,6 +394,8 @@ def absent_candidates(mode: QuantMode, *, group_size: int = 32) -> dict[str, str
         return {name: status.reason}
     if mode is QuantMode.INT4 and group_size != NATIVE_GROUP:
         return {name: f"groups of {NATIVE_GROUP} only (asked for {group_size})"}
+    if mode is QuantMode.INT8 and not status.library.has_amx:
+        return {NativeAmxInt8Kernel.name: "no AMX tiles on this CPU (or in this build)"}
     return {}
 
 

@@ -28,6 +28,7 @@ from torch import nn
 
 from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm.backends.cpu.kernel_candidates import (
+    NATIVE_KERNELS,
     Candidate,
     Kernel,
     NativeKernel,
@@ -158,7 +159,8 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
                if prefill else time_kernels(kernels, x))
     timings.update({n: 1e3 * first[n] for n in dropped})
     chosen = min(kernels, key=timings.__getitem__)
-    native = next((n for n in kernels if n.endswith("_native")), None)
+    native = min((n for n in kernels if n in NATIVE_KERNELS), key=timings.__getitem__,
+                 default=None)
     if (rows == 1 and native is not None
             and timings[native] <= NATIVE_STEP_MARGIN * timings[chosen]):
         chosen = native

@@ -22,6 +22,7 @@ from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.cpu.kernel_candidates import (
     LinearKernel,
     MklPackedKernel,
+    NativeAmxInt8Kernel,
     NativeF32Kernel,
     NativeInt4Kernel,
     NativeInt8Kernel,
@@ -66,6 +67,9 @@ def _native_linear(kernel: object) -> _Linear | None:
         kp = kernel.tiles.numel() // (-(-n // 4) * 4)
         return _Linear(1, n, k, kp, kernel.tiles.data_ptr(), kernel.scales.data_ptr(),
                        _ptr(kernel.bias))
+    if type(kernel) is NativeAmxInt8Kernel:
+        return _Linear(3, kernel.out_features, kernel.in_features, kernel.padded,
+                       kernel.tiles.data_ptr(), kernel.scales.data_ptr(), _ptr(kernel.bias))
     if type(kernel) is NativeInt4Kernel:
         return _Linear(2, kernel.out_features, kernel.in_features, kernel.in_features,
                        kernel.tiles.data_ptr(), None, _ptr(kernel.bias))

@@ -458,13 +458,13 @@ static void attend_split(const float *q, int64_t rows, int64_t q_stride, int64_t
 
 /* ---- a whole step of one sequence ----------------------------------------------- */
 
-enum { TI_FP32 = 0, TI_INT8 = 1, TI_INT4 = 2 };
+enum { TI_FP32 = 0, TI_INT8 = 1, TI_INT4 = 2, TI_AMX_INT8 = 3 };
 
 /* One linear layer on a native kernel (kernel_candidates.py's Native*Kernel). */
 typedef struct {
     int64_t kind, n, k, kp;
     const void *w;
-    const float *scales;     /* int8 only */
+    const float *scales;     /* int8 (both layouts) only */
     const float *bias;       /* may be NULL */
 } ti_linear;
 
@@ -480,6 +480,8 @@ static int run_linear(const ti_linear *l, const float *x, int64_t rows, float *y
                                            l->kp, y);
     case TI_INT8: return ti_par_int8_linear(x, rows, l->k, (const int8_t *)l->w, l->scales,
                                             l->bias, l->n, l->kp, y);
+    case TI_AMX_INT8: return ti_par_amx_int8_linear(x, rows, l->k, (const int8_t *)l->w,
+                                                    l->scales, l->bias, l->n, l->kp, y);
     case TI_INT4: return ti_par_int4_linear(x, rows, l->k, (const uint8_t *)l->w, l->bias, l->n,
                                             y);
     default: return -2;

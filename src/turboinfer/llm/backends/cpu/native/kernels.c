@@ -181,6 +181,14 @@ static void quantize_blocks(const float *x, int64_t rows, int64_t k, int64_t kp,
     }
 }
 
+/* The same quantization for amx.c's kernel (native.h). */
+int ti_i8_levels(int64_t kp) { return i8_levels(kp); }
+
+void ti_quantize_i8_blocks(const float *x, int64_t rows, int64_t k, int64_t kp, int levels,
+                           int8_t *q, int16_t *m, float *scale) {
+    quantize_blocks(x, rows, k, kp, levels, q, m, scale);
+}
+
 /* Per group of 32 (k a multiple of 32): q[r, 32g..32g+32) with scale dx[r, g] = the
  * group's amax / 127 and xsum[r, g] = dx[r, g] * the group's sum of q (the int4 kernel's
  * minimum term), as llama.cpp's Q8_1 activation blocks. */

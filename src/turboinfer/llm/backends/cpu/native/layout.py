@@ -24,6 +24,23 @@ def int8_tiles(q: torch.Tensor) -> tuple[torch.Tensor, int]:
     return _interleave(q, 32), -(-q.shape[1] // 32) * 32
 
 
+AMX_ROWS, AMX_COLUMNS = 16, 64
+
+
+def amx_int8_tiles(q: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """int8 ``[N, K]`` for ``amx.c``: blocks of 16 output rows, each a run of 1,024-byte
+    tiles, one per 64 columns, in AMX's B layout (tile row r: the 16 outputs' columns
+    4r..4r+3 side by side), then the 16 rows' sums as int32; returns (bytes, padded K)."""
+    n, k = q.shape
+    kp, n16 = -(-k // AMX_COLUMNS) * AMX_COLUMNS, -(-n // AMX_ROWS) * AMX_ROWS
+    padded = F.pad(q, (0, kp - k, 0, n16 - n))
+    blocks = n16 // AMX_ROWS
+    tiles = padded.reshape(blocks, AMX_ROWS, kp // AMX_COLUMNS, AMX_COLUMNS // 4, 4)
+    tiles = tiles.permute(0, 2, 3, 1, 4).reshape(blocks, -1)
+    sums = padded.sum(dim=1, dtype=torch.int32).reshape(blocks, AMX_ROWS).view(torch.int8)
+    return torch.cat([tiles, sums], dim=1).reshape(-1), kp
+
+
 def f32_tiles(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
     """fp32 ``[N, K]`` in blocks of 16 floats; returns (tiles, padded K)."""
     return _interleave(weight, 16), -(-weight.shape[1] // 16) * 16

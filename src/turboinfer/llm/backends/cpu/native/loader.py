@@ -1,5 +1,5 @@
-"""Compile ``kernels.c``, ``decode.c`` and ``threads.c`` into one library once per source, compiler,
-flags and CPU, and load it.
+"""Compile ``kernels.c``, ``amx.c``, ``decode.c`` and ``threads.c`` into one library once per
+source, compiler, flags and CPU, and load it.
 
 The shared library is kept in the cache folder (``$TURBOINFER_CACHE_DIR``, else the user
 cache folder) under a name that hashes everything its machine code depends on: the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import platformdirs
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("kernels.c", "decode.c",
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("kernels.c", "amx.c", "decode.c",
                                                              "threads.c"))
 HEADERS = (Path(__file__).with_name("native.h"),)   # part of the sources' hash
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread")
@@ -49,6 +49,10 @@ class NativeLibrary:
         # n, kp, y)
         self.int8_linear = self._fn("ti_par_int8_linear",
                                     [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr])
+        # amx.c, its own weight layout (layout.amx_int8_tiles); where AMX runs only.
+        self.has_amx = bool(self._cdll.ti_amx_available())
+        self.amx_int8_linear = self._fn("ti_par_amx_int8_linear",
+                                        [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr])
         # (x, rows, k, tiles, bias, n, y)
         self.int4_linear = self._fn("ti_par_int4_linear",
                                     [_ptr, _i64, _i64, _ptr, _ptr, _i64, _ptr])
@@ -102,7 +106,8 @@ class NativeLibrary:
 
     @property
     def isa(self) -> str:
-        return "avx2" if self.simd_level == 2 else "plain C"
+        base = "avx2" if self.simd_level == 2 else "plain C"
+        return f"{base} + amx-int8" if self.has_amx else base
 
 
 @dataclass(frozen=True)

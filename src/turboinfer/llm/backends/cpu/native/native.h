@@ -12,6 +12,18 @@ int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
 int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                   const float *bias, int64_t n, int64_t kp, float *y);
 
+/* kernels.c: the int8 kernel's activation quantization (per block of 32, an integer
+ * multiplier 1..levels of one scale per row), shared with amx.c. */
+int ti_i8_levels(int64_t kp);
+void ti_quantize_i8_blocks(const float *x, int64_t rows, int64_t k, int64_t kp, int levels,
+                           int8_t *q, int16_t *m, float *scale);
+
+/* amx.c: the int8 linear layer on AMX tiles, its weights in layout.py's amx_int8_tiles;
+ * -3 where this build or CPU has no AMX. ti_amx_available: 1 where it runs. */
+int ti_amx_available(void);
+int ti_amx_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                       const float *wscale, const float *bias, int64_t n, int64_t kp, float *y);
+
 /* decode.c: one query per sequence over its paged cache. */
 int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, int64_t heads,
                               int64_t kv_heads, int64_t head_dim, const float *k_cache,
@@ -23,6 +35,9 @@ int ti_par_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                        const float *wscale, const float *bias, int64_t n, int64_t kp, float *y);
 int ti_par_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
                        const float *bias, int64_t n, float *y);
+int ti_par_amx_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                           const float *wscale, const float *bias, int64_t n, int64_t kp,
+                           float *y);
 int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                       const float *bias, int64_t n, int64_t kp, float *y);
 /* threads.c: fn(ctx, part, parts) for every part on the pool's threads, the caller's

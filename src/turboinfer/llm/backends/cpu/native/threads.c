@@ -180,7 +180,10 @@ static int parts_for(int64_t units) {
 
 /* ---- linear layers --------------------------------------------------------------- */
 
-enum { KIND_F32 = 0, KIND_INT8 = 1, KIND_INT4 = 2 };
+enum { KIND_F32 = 0, KIND_INT8 = 1, KIND_INT4 = 2, KIND_AMX_INT8 = 3 };
+
+/* Output rows a part's share is a multiple of: a weight tile's (amx.c's blocks hold 16). */
+static int64_t unit_rows(int kind) { return kind == KIND_AMX_INT8 ? 16 : 4; }
 
 typedef struct {
     int kind;
@@ -193,10 +196,11 @@ typedef struct {
 } linear_job;
 
 /* Bytes (int8/int4) or floats (fp32) of weights before output feature t (a multiple
- * of 4). */
+ * of unit_rows). */
 static const void *weights_at(const linear_job *j, int64_t t) {
     switch (j->kind) {
     case KIND_INT8: return (const int8_t *)j->w + t * j->kp;
+    case KIND_AMX_INT8: return (const int8_t *)j->w + (t / 16) * (16 * j->kp + 64);
     case KIND_INT4: return (const uint8_t *)j->w + (t / 4) * (j->k / 32) * 80;
     default: return (const float *)j->w + t * j->kp;
     }
@@ -208,14 +212,16 @@ static int call_kernel(const linear_job *j, const void *w, const float *scales,
     case KIND_INT8: return ti_int8_linear(j->x, j->rows, j->k, (const int8_t *)w, scales, bias,
                                           n, j->kp, y);
     case KIND_INT4: return ti_int4_linear(j->x, j->rows, j->k, (const uint8_t *)w, bias, n, y);
+    case KIND_AMX_INT8: return ti_amx_int8_linear(j->x, j->rows, j->k, (const int8_t *)w,
+                                                  scales, bias, n, j->kp, y);
     default: return ti_f32_linear(j->x, j->rows, j->k, (const float *)w, bias, n, j->kp, y);
     }
 }
 
 static void linear_part(void *ctx, int part, int parts) {
     linear_job *j = (linear_job *)ctx;
-    int64_t tiles = (j->n + 3) / 4;
-    int64_t t0 = 4 * (tiles * part / parts), t1 = 4 * (tiles * (part + 1) / parts);
+    int64_t unit = unit_rows(j->kind), tiles = (j->n + unit - 1) / unit;
+    int64_t t0 = unit * (tiles * part / parts), t1 = unit * (tiles * (part + 1) / parts);
     if (t1 > j->n) t1 = j->n;
     if (t0 >= t1) return;
     int64_t n = t1 - t0;
@@ -239,7 +245,8 @@ static void linear_part(void *ctx, int part, int parts) {
 }
 
 static int run_linear_job(linear_job *j) {
-    int parts = parts_for((j->n + 3) / 4);
+    int64_t unit = unit_rows(j->kind);
+    int parts = parts_for((j->n + unit - 1) / unit);
     if (pool.threads <= 1 || parts < 2)
         return call_kernel(j, j->w, j->scales, j->bias, j->n, j->y);
     atomic_store(&j->failed, 0);
@@ -252,6 +259,14 @@ int ti_par_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                        const float *wscale, const float *bias, int64_t n, int64_t kp,
                        float *y) {
     linear_job j = {.kind = KIND_INT8, .x = x, .rows = rows, .k = k, .n = n, .kp = kp,
+                    .w = w, .scales = wscale, .bias = bias, .y = y};
+    return run_linear_job(&j);
+}
+
+int ti_par_amx_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                           const float *wscale, const float *bias, int64_t n, int64_t kp,
+                           float *y) {
+    linear_job j = {.kind = KIND_AMX_INT8, .x = x, .rows = rows, .k = k, .n = n, .kp = kp,
                     .w = w, .scales = wscale, .bias = bias, .y = y};
     return run_linear_job(&j);
 }
