@@ -31,6 +31,7 @@ HEADERS = (Path(__file__).with_name("native.h"),)   # part of the sources' hash
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread")
 CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache uses
 DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
+AMX_ENV = "TURBOINFER_AMX"                  # "0": leave the AMX kernel out (A/B timing)
 COMPILE_TIMEOUT_S = 120
 
 _i64, _ptr, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
@@ -50,7 +51,8 @@ class NativeLibrary:
         self.int8_linear = self._fn("ti_par_int8_linear",
                                     [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr])
         # amx.c, its own weight layout (layout.amx_int8_tiles); where AMX runs only.
-        self.has_amx = bool(self._cdll.ti_amx_available())
+        self.has_amx = (bool(self._cdll.ti_amx_available())
+                        and os.environ.get(AMX_ENV, "") != "0")
         self.amx_int8_linear = self._fn("ti_par_amx_int8_linear",
                                         [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr])
         # (x, rows, k, tiles, bias, n, y)
