@@ -236,26 +236,35 @@ class NativeInt8Kernel(NativeKernel):
     per row), in integer arithmetic without saturation (``kernels.c``)."""
 
     name = "int8_native"
+    label = "native int8 kernel"
     MAX_IN_FEATURES = 2**20     # past it a block multiplier of 1 could overflow an int32 lane
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
                  bias: torch.Tensor | None) -> None:
         if weight.shape[1] > self.MAX_IN_FEATURES:
-            raise ValueError(f"native int8 kernel: in_features {weight.shape[1]} is above "
+            raise ValueError(f"{self.label}: in_features {weight.shape[1]} is above "
                              f"its limit of {self.MAX_IN_FEATURES}")
         q, scales = quantize_int8(weight.float())
         n, k = q.shape
-        self.tiles, self.padded = int8_tiles(q)
+        self.tiles, self.padded = self._layout(q)
         self.scales = scales.float().contiguous()
         self.bias = None if bias is None else bias.float().contiguous()
-        super().__init__(lib.int8_linear, n, k, _nbytes(self.tiles, self.scales, self.bias))
+        super().__init__(self._entry(lib), n, k, _nbytes(self.tiles, self.scales, self.bias))
+
+    @staticmethod
+    def _layout(q: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return int8_tiles(q)
+
+    @staticmethod
+    def _entry(lib: NativeLibrary) -> Callable[..., int]:
+        return lib.int8_linear
 
     def _fixed_args(self) -> tuple[object, ...]:
         return (self.tiles.data_ptr(), self.scales.data_ptr(), _ptr(self.bias),
                 self.out_features, self.padded)
 
 
-class NativeAmxInt8Kernel(NativeKernel):
+class NativeAmxInt8Kernel(NativeInt8Kernel):
     """``NativeInt8Kernel``'s quantization (the same weights, the same activation blocks)
     on Intel AMX tiles (``amx.c``): its own weight layout, and each output's exact integer
     sum rounded once, so its results differ from that kernel's by float rounding only.
@@ -263,23 +272,16 @@ class NativeAmxInt8Kernel(NativeKernel):
     more than one."""
 
     name = "int8_amx_native"
+    label = "native AMX int8 kernel"
     MAX_IN_FEATURES = 2**16     # past it a sum of the low bytes could overflow int32
 
-    def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
-                 bias: torch.Tensor | None) -> None:
-        if weight.shape[1] > self.MAX_IN_FEATURES:
-            raise ValueError(f"native AMX int8 kernel: in_features {weight.shape[1]} is above "
-                             f"its limit of {self.MAX_IN_FEATURES}")
-        q, scales = quantize_int8(weight.float())
-        n, k = q.shape
-        self.tiles, self.padded = amx_int8_tiles(q)
-        self.scales = scales.float().contiguous()
-        self.bias = None if bias is None else bias.float().contiguous()
-        super().__init__(lib.amx_int8_linear, n, k, _nbytes(self.tiles, self.scales, self.bias))
+    @staticmethod
+    def _layout(q: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return amx_int8_tiles(q)
 
-    def _fixed_args(self) -> tuple[object, ...]:
-        return (self.tiles.data_ptr(), self.scales.data_ptr(), _ptr(self.bias),
-                self.out_features, self.padded)
+    @staticmethod
+    def _entry(lib: NativeLibrary) -> Callable[..., int]:
+        return lib.amx_int8_linear
 
 
 class NativeInt4Kernel(NativeKernel):

@@ -255,20 +255,25 @@ static int run_linear_job(linear_job *j) {
     return atomic_load(&j->failed) ? -1 : 0;
 }
 
+/* Both int8 kernels (kernels.c's and amx.c's) take the same arguments. */
+static int run_int8_job(int kind, const float *x, int64_t rows, int64_t k, const int8_t *w,
+                        const float *wscale, const float *bias, int64_t n, int64_t kp,
+                        float *y) {
+    linear_job j = {.kind = kind, .x = x, .rows = rows, .k = k, .n = n, .kp = kp, .w = w,
+                    .scales = wscale, .bias = bias, .y = y};
+    return run_linear_job(&j);
+}
+
 int ti_par_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                        const float *wscale, const float *bias, int64_t n, int64_t kp,
                        float *y) {
-    linear_job j = {.kind = KIND_INT8, .x = x, .rows = rows, .k = k, .n = n, .kp = kp,
-                    .w = w, .scales = wscale, .bias = bias, .y = y};
-    return run_linear_job(&j);
+    return run_int8_job(KIND_INT8, x, rows, k, w, wscale, bias, n, kp, y);
 }
 
 int ti_par_amx_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                            const float *wscale, const float *bias, int64_t n, int64_t kp,
                            float *y) {
-    linear_job j = {.kind = KIND_AMX_INT8, .x = x, .rows = rows, .k = k, .n = n, .kp = kp,
-                    .w = w, .scales = wscale, .bias = bias, .y = y};
-    return run_linear_job(&j);
+    return run_int8_job(KIND_AMX_INT8, x, rows, k, w, wscale, bias, n, kp, y);
 }
 
 int ti_par_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
