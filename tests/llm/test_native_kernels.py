@@ -202,6 +202,34 @@ def test_int4_kernel_equals_its_dequantized_weights(library: NativeLibrary, out_
         assert _rel(got, linear(x)) < 0.15
 
 
+def test_int4_rows_of_a_many_row_call_equal_one_row_calls(library: NativeLibrary) -> None:
+    """A verification's rows (1-16, any mix of the 4-, 2- and 1-row passes) give each row
+    what a one-row decode step gives it, bit for bit."""
+    torch.manual_seed(4)
+    kernel = NativeInt4Kernel(library, torch.randn(52, 160), None)
+    for rows in (2, 3, 4, 7, 16):
+        x = torch.randn(rows, 160)
+        single = torch.cat([kernel(x[r:r + 1]) for r in range(rows)])
+        assert torch.equal(kernel(x), single), rows
+
+
+def test_the_prefetch_distance_changes_no_result(library: NativeLibrary) -> None:
+    torch.manual_seed(5)
+    int4 = NativeInt4Kernel(library, torch.randn(40, 256), None)
+    int8 = NativeInt8Kernel(library, torch.randn(40, 256), None)
+    x = torch.randn(3, 256)
+    default = library.set_prefetch(256)
+    want = int4(x), int8(x)
+    try:
+        for distance in (0, 64, 4096, 1 << 20):
+            assert library.set_prefetch(distance) == distance
+            assert torch.equal(int4(x), want[0]) and torch.equal(int8(x), want[1])
+        assert library.set_prefetch(-1) == 1 << 20          # out of range: unchanged
+        assert library.set_prefetch((1 << 20) + 1) == 1 << 20
+    finally:
+        library.set_prefetch(default)
+
+
 def test_an_outlier_channel_costs_only_its_own_block(library: NativeLibrary) -> None:
     # Real models have a few activation channels hundreds of times the others. One scale
     # per row rounded every other channel to a few levels; the int8 and int4 kernels scale

@@ -107,6 +107,11 @@ static void finish_block(const int32_t *acc, int rows, int live, const int32_t *
     }
 }
 
+/* The 32 lines of two consecutive 1 KiB weight tiles (ti_prefetch_bytes ahead). */
+static inline void prefetch_tiles(const int8_t *p) {
+    for (int i = 0; i < 2048; i += 64) _mm_prefetch((const char *)p + i, _MM_HINT_T0);
+}
+
 /* G (1-2) weight blocks from `wb` against every pass of activation rows. Consecutive
  * chunks alternate between two sets of tile registers (activations 0 and 3, weights 1-2
  * and 4-5): a tile load into a register a multiply is still reading waits for it, which
@@ -116,12 +121,17 @@ static void finish_block(const int32_t *acc, int rows, int live, const int32_t *
                         int64_t kp, int64_t rows, int pr, const float *wscale, const float *xs, \
                         int64_t n, int64_t col, float *y, int32_t (*acc)[2 * AMX_PASS * 16]) { \
         const int8_t *w1 = wb + stride;                                                    \
+        const int64_t pf = ti_prefetch_bytes();                                            \
         for (int64_t r0 = 0; r0 < rows; r0 += pr) {                                        \
             const uint8_t *ar = a + 2 * r0 * kp;                                           \
             _tile_zero(6);                                                                 \
             if (G > 1) _tile_zero(7);                                                      \
             int64_t c = 0;                                                                 \
             for (; c + 2 <= chunks; c += 2) {                                              \
+                if (r0 == 0) { /* later passes find the block in cache */                  \
+                    prefetch_tiles(wb + c * 1024 + pf);                                    \
+                    if (G > 1) prefetch_tiles(w1 + c * 1024 + pf);                         \
+                }                                                                          \
                 _tile_loadd(0, ar + c * AMX_CHUNK, kp);                                    \
                 _tile_loadd(1, wb + c * 1024, 64);                                         \
                 if (G > 1) _tile_loadd(2, w1 + c * 1024, 64);                              \

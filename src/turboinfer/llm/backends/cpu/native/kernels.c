@@ -20,7 +20,10 @@
  * each weight load is reused across them (the compute-bound regime of a batch).
  *
  * AVX2 + FMA (+ F16C) paths under #ifdef __AVX2__, plain C otherwise; the int8 kernel at
- * several rows has an AVX-512 (VNNI + BW) path beside, with the same results. Single-threaded:
+ * several rows has an AVX-512 (VNNI + BW) path beside, with the same results, and the
+ * int4 kernel one at every row count (its results differ from the AVX2 path's by float
+ * rounding only: Intel Xeon, one core, SmolLM2-135M's layer shapes, 1.3x at one row
+ * from cache, 1.6x at 4-128 rows). Single-threaded:
  * the engine measures its thread count, and these run as one of the timed candidates.
  */
 #include <math.h>
@@ -44,16 +47,27 @@
 #define TI_VNNI 0
 #endif
 
-/* Software prefetch this many bytes ahead of an int8 tile's stream (one line per block
- * of 32 columns); 0: none, the hardware prefetcher alone. With the block multipliers, one
- * row with the weights from memory ran 5-10% slower on the hardware prefetcher alone (Zen
- * 5, one thread, us per call, the per-row kernel / none / 256 / 1024 bytes ahead:
- * 3072x576 55.0 / 58.2 / 54.6 / 75.2; 49152x576 1018 / 1120 / 1006 / 1083). */
-#ifndef PREFETCH_BYTES
-#define PREFETCH_BYTES 256
-#endif
-#if PREFETCH_BYTES && TI_AVX2
-#define PREFETCH(p) _mm_prefetch((const char *)(p) + PREFETCH_BYTES, _MM_HINT_T0)
+/* Software prefetch: how many bytes ahead of a weight stream the kernels ask for lines
+ * (one per int8 block of 4 x 32 bytes, two per 80-byte int4 record, a 1 KiB AMX tile's
+ * lines on its first pass). How far pays depends on the CPU: on Zen 5 the int8 kernel at
+ * one row from memory ran 5-10% slower on the hardware prefetcher alone and slower again
+ * 1 KiB ahead (us per call, none / 256 / 1024 bytes ahead: 3072x576 58.2 / 54.6 / 75.2;
+ * 49152x576 1120 / 1006 / 1083), while on an Intel Xeon SmolLM2-135M's int4 layers at one
+ * row ran 1.5x faster 4 KiB ahead than 256 bytes (6.6 against 10.0 ms for the 30
+ * layers, one thread), its AMX int8 LM head fastest 1 KiB ahead (2.64 ms, 2.79 at 256,
+ * 3.21 at 4 KiB). The distance is a run-time setting (ti_set_prefetch, the library's
+ * set_prefetch), 256 bytes unless set. Set while no kernel runs. */
+static int64_t prefetch_bytes = 256;
+
+int64_t ti_set_prefetch(int64_t bytes) {
+    if (bytes >= 0 && bytes <= (1 << 20)) prefetch_bytes = bytes;
+    return prefetch_bytes;
+}
+
+int64_t ti_prefetch_bytes(void) { return prefetch_bytes; }
+
+#if TI_AVX2
+#define PREFETCH(p) _mm_prefetch((const char *)(p) + pf, _MM_HINT_T0)
 #else
 #define PREFETCH(p) ((void)0)
 #endif
@@ -253,7 +267,7 @@ static inline __m128 hsum4_lanes(__m256i a, __m256i b, __m256i c, __m256i d) {
 #define I8_TILE(RB)                                                                        \
     static void i8_tile_##RB(const int8_t *w, const int8_t *xq, const int16_t *m,          \
                              int64_t kp, float *acc) {                                     \
-        const int64_t blocks = kp / 32;                                                    \
+        const int64_t blocks = kp / 32, pf = prefetch_bytes;                               \
         __m256i a[RB][4];                                                                  \
         for (int r = 0; r < RB; r++)                                                       \
             for (int j = 0; j < 4; j++) a[r][j] = _mm256_setzero_si256();                  \
@@ -710,10 +724,16 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
  * out[r * 4 + j] = y[r, 4t + j] before the bias. */
 #define I4_RECORD 80
 #if TI_AVX2
+#define I4_PREFETCH(p) (_mm_prefetch((const char *)(p) + pf, _MM_HINT_T0),                  \
+                        _mm_prefetch((const char *)(p) + pf + 64, _MM_HINT_T0))
+#else
+#define I4_PREFETCH(p) ((void)0)
+#endif
+#if TI_AVX2
 #define I4_TILE(RB)                                                                        \
     static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *dx,          \
                              const float *xsum, int64_t k, float *out) {                   \
-        const int64_t groups = k / 32;                                                     \
+        const int64_t groups = k / 32, pf = prefetch_bytes;                                \
         const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);           \
         const __m256i spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);                 \
         __m256 a[RB];                                                                      \
@@ -723,6 +743,7 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
             am[r] = _mm_setzero_ps();                                                      \
         }                                                                                  \
         for (int64_t g = 0; g < groups; g++, w += I4_RECORD) {                             \
+            I4_PREFETCH(w);                                                                \
             __m256i n01 = _mm256_loadu_si256((const __m256i *)w);                          \
             __m256i n23 = _mm256_loadu_si256((const __m256i *)(w + 32));                   \
             __m256i lo01 = _mm256_and_si256(n01, low);                                     \
@@ -781,6 +802,83 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
 I4_TILE(1)
 I4_TILE(2)
 
+/* The same records on AVX-512 VNNI + BW: a tile's 4 rows of nibbles are one 512-bit
+ * load (row j in 128-bit lane j), the group's 16 + 16 activations are broadcast to all
+ * four lanes, and two vpdpbusd (unsigned nibbles times signed activations, 4 products
+ * per int32 lane) give each row's sum as 4 lanes, against the AVX2 path's 4 vpmaddubsw,
+ * an add, 2 vpmaddwd and a hadd per 2 rows. Each row's lanes are scaled by its s * dx
+ * per group (the scales spread to their lanes by one permute) and summed once at the
+ * end; a row's outputs do not depend on the rows computed beside it. */
+#ifndef TI_I4_ZMM       /* -DTI_I4_ZMM=0: the AVX2 path on such a CPU too */
+#if TI_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define TI_I4_ZMM 1
+#else
+#define TI_I4_ZMM 0
+#endif
+#endif
+
+#if TI_I4_ZMM
+/* Row j's total: the sum of lanes 4j..4j+3, for j = 0..3, in one 128-bit vector. */
+static inline __m128 i4z_rows(__m512 a) {
+    __m128 v0 = _mm512_castps512_ps128(a), v1 = _mm512_extractf32x4_ps(a, 1);
+    __m128 v2 = _mm512_extractf32x4_ps(a, 2), v3 = _mm512_extractf32x4_ps(a, 3);
+    return _mm_hadd_ps(_mm_hadd_ps(v0, v1), _mm_hadd_ps(v2, v3));
+}
+
+/* One group's products for RB rows into accumulators A (lanes) and AM (minimums). */
+#define I4Z_GROUP(RB, A, AM)                                                               \
+    do {                                                                                   \
+        I4_PREFETCH(w);                                                                    \
+        __m512i nib = _mm512_loadu_si512((const void *)w);                                 \
+        __m512i lo = _mm512_and_si512(nib, low);                                           \
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(nib, 4), low);                     \
+        __m128 sc = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(w + 64)));              \
+        __m128 mn = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(w + 72)));              \
+        __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(sc));              \
+        for (int r = 0; r < RB; r++) {                                                     \
+            const int8_t *xg = xq + r * k + 32 * g;                                        \
+            __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xg));    \
+            __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xg + 16))); \
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo);              \
+            p = _mm512_dpbusd_epi32(p, hi, xhi);                                           \
+            __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(dx[r * groups + g]));              \
+            A[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sd, A[r]);                       \
+            AM[r] = _mm_fmadd_ps(mn, _mm_set1_ps(xsum[r * groups + g]), AM[r]);            \
+        }                                                                                  \
+    } while (0)
+
+/* Even and odd groups in separate accumulators: at one row the loop is otherwise one
+ * chain of dependent FMAs (4 cycles each) per tile. */
+#define I4Z_TILE(RB)                                                                       \
+    static void i4z_tile_##RB(const uint8_t *w, const int8_t *xq, const float *dx,         \
+                              const float *xsum, int64_t k, float *out) {                  \
+        const int64_t groups = k / 32, pf = prefetch_bytes;                                \
+        const __m512i low = _mm512_set1_epi8(0x0f);                                        \
+        const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1,                   \
+                                                 2, 2, 2, 2, 3, 3, 3, 3);                  \
+        __m512 a[RB], b[RB];                                                               \
+        __m128 am[RB], bm[RB];                                                             \
+        for (int r = 0; r < RB; r++) {                                                     \
+            a[r] = b[r] = _mm512_setzero_ps();                                             \
+            am[r] = bm[r] = _mm_setzero_ps();                                              \
+        }                                                                                  \
+        int64_t g = 0;                                                                     \
+        for (; g + 2 <= groups; g++, w += I4_RECORD) {                                     \
+            I4Z_GROUP(RB, a, am);                                                          \
+            g++, w += I4_RECORD;                                                           \
+            I4Z_GROUP(RB, b, bm);                                                          \
+        }                                                                                  \
+        if (g < groups) I4Z_GROUP(RB, a, am);                                              \
+        for (int r = 0; r < RB; r++)                                                       \
+            _mm_storeu_ps(out + 4 * r, _mm_add_ps(i4z_rows(_mm512_add_ps(a[r], b[r])),     \
+                                                  _mm_add_ps(am[r], bm[r])));              \
+    }
+
+I4Z_TILE(1)
+I4Z_TILE(2)
+I4Z_TILE(4)
+#endif
+
 /* k must be a multiple of 32; w holds ceil(n / 4) tiles of k / 32 records. */
 int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
                    const float *bias, int64_t n, float *y) {
@@ -790,11 +888,27 @@ int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
     float *xsum = dx + rows * groups;
     int8_t *xq = (int8_t *)(xsum + rows * groups);
     quantize_groups(x, rows, k, xq, dx, xsum);
-    float acc[8];
+    float acc[16];
     for (int64_t t = 0; t < n; t += 4) {
         const uint8_t *wt = w + (t / 4) * groups * I4_RECORD;
         int nb = n - t < 4 ? (int)(n - t) : 4;
         int64_t r = 0;
+#if TI_I4_ZMM
+        for (; r + 4 <= rows; r += 4) {
+            i4z_tile_4(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
+            for (int a = 0; a < 4; a++)
+                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
+        }
+        for (; r + 2 <= rows; r += 2) {
+            i4z_tile_2(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
+            for (int a = 0; a < 2; a++)
+                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
+        }
+        for (; r < rows; r++) {
+            i4z_tile_1(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
+            for (int j = 0; j < nb; j++) y[r * n + t + j] = acc[j];
+        }
+#endif
         for (; r + 2 <= rows; r += 2) {
             i4_tile_2(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
             for (int a = 0; a < 2; a++)

@@ -62,6 +62,7 @@ class NativeLibrary:
         self.f32_linear = self._fn("ti_par_f32_linear",
                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
         self._set_threads = self._fn("ti_set_threads", [ctypes.c_int])
+        self._set_prefetch = self._fn("ti_set_prefetch", [_i64], _i64)
         # decode.c. (x, rows, n, w, eps, y)
         self.rms_norm = self._fn("ti_rms_norm", [_ptr, _i64, _i64, _ptr, _f32, _ptr], None)
         # (gate_up, rows, inner, y)
@@ -99,6 +100,11 @@ class NativeLibrary:
         if threads != self._threads:
             self._threads = int(self._set_threads(threads))
         return self._threads
+
+    def set_prefetch(self, distance: int) -> int:
+        """How many bytes ahead the kernels prefetch their weight streams; returns the
+        distance in force. Not while a kernel runs."""
+        return int(self._set_prefetch(distance))
 
     def _fn(self, name: str, argtypes: list[type],
             restype: type | None = ctypes.c_int) -> Callable[..., int]:
