@@ -889,36 +889,26 @@ int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
     int8_t *xq = (int8_t *)(xsum + rows * groups);
     quantize_groups(x, rows, k, xq, dx, xsum);
     float acc[16];
+/* Passes of RB rows over tile t while RB rows are left, each row's nb outputs stored. */
+#define I4_PASSES(TILE, RB)                                                                \
+    for (; r + RB <= rows; r += RB) {                                                      \
+        TILE(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);                  \
+        for (int a = 0; a < RB; a++)                                                       \
+            for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];          \
+    }
     for (int64_t t = 0; t < n; t += 4) {
         const uint8_t *wt = w + (t / 4) * groups * I4_RECORD;
         int nb = n - t < 4 ? (int)(n - t) : 4;
         int64_t r = 0;
 #if TI_I4_ZMM
-        for (; r + 4 <= rows; r += 4) {
-            i4z_tile_4(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
-            for (int a = 0; a < 4; a++)
-                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
-        }
-        for (; r + 2 <= rows; r += 2) {
-            i4z_tile_2(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
-            for (int a = 0; a < 2; a++)
-                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
-        }
-        for (; r < rows; r++) {
-            i4z_tile_1(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
-            for (int j = 0; j < nb; j++) y[r * n + t + j] = acc[j];
-        }
+        I4_PASSES(i4z_tile_4, 4)
+        I4_PASSES(i4z_tile_2, 2)
+        I4_PASSES(i4z_tile_1, 1)
 #endif
-        for (; r + 2 <= rows; r += 2) {
-            i4_tile_2(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
-            for (int a = 0; a < 2; a++)
-                for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
-        }
-        for (; r < rows; r++) {
-            i4_tile_1(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);
-            for (int j = 0; j < nb; j++) y[r * n + t + j] = acc[j];
-        }
+        I4_PASSES(i4_tile_2, 2)
+        I4_PASSES(i4_tile_1, 1)
     }
+#undef I4_PASSES
     if (bias)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < n; j++) y[r * n + j] += bias[j];
