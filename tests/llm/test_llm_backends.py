@@ -10,8 +10,9 @@ import torch
 
 from turboinfer.llm.backends import select
 from turboinfer.llm.backends.base import StepItem
-from turboinfer.llm.backends.cpu import kernel_candidates
+from turboinfer.llm.backends.cpu import kernel_candidates, prefetch
 from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder
+from turboinfer.llm.backends.cpu.kernels import SelectedLinear
 from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
 from turboinfer.llm.backends.runner import ModelRunner
@@ -67,6 +68,31 @@ def test_native_kernels_throughout_take_the_native_step(tiny_llama_dir: Path,
     assert isinstance(_choose(runner, VERIFY), NativeDecoder)
     assert _choose(runner, PROMPT) is None
     assert runner.decode_path() == "native"
+
+
+def test_the_prefetch_distance_is_measured_on_the_models_one_row_kernels(
+        tiny_llama_dir: Path, native_only: None) -> None:
+    library = native_status().library
+    assert library is not None
+    default = library.set_prefetch(-1)
+    try:
+        model = load_model(tiny_llama_dir)
+        measured = select.measure(model, QuantMode.INT4, group_size=32, pick_threads=False)
+        choice = measured.prefetch
+        assert choice is not None and set(choice.step_ms) == set(prefetch.DISTANCES)
+        assert choice.step_ms[choice.chosen] == min(choice.step_ms.values())
+        assert library.set_prefetch(-1) == choice.chosen       # left in force
+        layers = [m for m in model.modules() if isinstance(m, SelectedLinear)]
+        assert len(prefetch.one_row_kernels(model)) == len(layers) > 1
+        # Not asked for (a draft's load), or no native kernel at one row: unchanged.
+        library.set_prefetch(512)
+        again = load_model(tiny_llama_dir)
+        assert select.measure(again, QuantMode.INT4, group_size=32, pick_threads=False,
+                              pick_prefetch=False).prefetch is None
+        assert prefetch.choose_prefetch(load_model(tiny_llama_dir), library) is None
+        assert library.set_prefetch(-1) == 512
+    finally:
+        library.set_prefetch(default)
 
 
 def _greedy(backend: ModelRunner | TorchBackend, prompt: list[int], table: list[int],

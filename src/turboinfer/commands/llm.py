@@ -225,6 +225,8 @@ def _bench(args: argparse.Namespace) -> int:
                     "thread_choice": (llm.thread_choice.to_dict() if llm.thread_choice
                                       else None),
                     "kernels": [c.to_dict() for c in llm.kernel_choices],
+                    "prefetch": (llm.prefetch_choice.to_dict() if llm.prefetch_choice
+                                 else None),
                     "decode_path": llm.engine.runner.decode_path(),
                     "device": llm.config.device, "dtype": llm.config.dtype,
                     "backend": llm.config.backend,
@@ -240,6 +242,10 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"\nthreads: {threads} ({how}); kernels (shape, rows: chosen):")
     for c in llm.kernel_choices:
         print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: {c.chosen}")
+    if llm.prefetch_choice:
+        timed = ", ".join(f"{d} B {ms:.2f} ms" for d, ms in llm.prefetch_choice.step_ms.items())
+        print(f"weight prefetch: {llm.prefetch_choice.chosen} bytes ahead (one-row products: "
+              f"{timed})")
     print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
           f"({llm.config.dtype})")
     plan = llm.engine.memory_plan

@@ -13,6 +13,7 @@ import torch
 from turboinfer.errors import InvalidInputError, UnknownModelError
 from turboinfer.llm.backends import select
 from turboinfer.llm.backends.cpu.kernels import KernelChoice
+from turboinfer.llm.backends.cpu.prefetch import PrefetchChoice
 from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
 from turboinfer.llm.backends.device import resolve_device, resolve_dtype
 from turboinfer.llm.engine.llm_engine import LLMEngine
@@ -120,6 +121,7 @@ class LLM:
             torch.set_num_threads(self.config.num_threads)
         self.thread_choice: ThreadChoice | None = None
         self.kernel_choices: list[KernelChoice] = []
+        self.prefetch_choice: PrefetchChoice | None = None
         self.model = self._load(folder, self.config.quant, self.kernel_choices,
                                 pick_threads=not self.config.num_threads, role="target")
         mc = self.model.config
@@ -144,11 +146,13 @@ class LLM:
                 model, quant, group_size=self.config.quant_group_size)
             return model
         model = self.placement.take_model() or load_model(folder)
-        threads, kernels = select.measure(model, quant, group_size=self.config.quant_group_size,
-                                          pick_threads=pick_threads)
+        measured = select.measure(model, quant, group_size=self.config.quant_group_size,
+                                  pick_threads=pick_threads, pick_prefetch=role == "target")
         if pick_threads:
-            self.thread_choice = threads
-        choices += kernels
+            self.thread_choice = measured.threads
+        if role == "target":
+            self.prefetch_choice = measured.prefetch
+        choices += measured.kernels
         return model
 
     def _encode(self, prompt: str | Seq[int]) -> list[int]:

@@ -4,9 +4,10 @@ Two decisions, both resting on measurement:
 
 * At load (``measure``): the thread count and, for every linear shape of the model,
   the kernel measured fastest at the row counts the engine runs (``cpu/threads.py``,
-  ``cpu/kernels.py``). A native C kernel is kept at one row when it is within
-  ``NATIVE_STEP_MARGIN`` of the fastest, because a lone sequence's step runs as one call
-  into C only where every layer has one.
+  ``cpu/kernels.py``), then how far ahead the native kernels prefetch their weights,
+  timed on the model's own one-row products (``cpu/prefetch.py``). A native C kernel is
+  kept at one row when it is within ``NATIVE_STEP_MARGIN`` of the fastest, because a lone
+  sequence's step runs as one call into C only where every layer has one.
 * At every step (``choose_step``): a lone sequence's step of at most ``NATIVE_ROWS``
   new tokens goes to the native one-call step (``cpu/native_decode.py``) where every
   layer's chosen kernel is native, else a one-token step to the lean torch decoder
@@ -40,6 +41,7 @@ from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder, supports_batc
 from turboinfer.llm.backends.cpu.kernels import NATIVE_STEP_MARGIN, KernelChoice, select_kernels
 from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
+from turboinfer.llm.backends.cpu.prefetch import PrefetchChoice, choose_prefetch
 from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
 from turboinfer.llm.backends.cuda.graphs import GraphDecoder
 from turboinfer.llm.backends.torch.lean_decode import LeanDecoder, supports_lean
@@ -47,8 +49,17 @@ from turboinfer.llm.model.attention import KVCache
 from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.llama import LlamaModel
 
-__all__ = ["NATIVE_ROWS", "NATIVE_STEP_MARGIN", "DecodeChoice", "batch_decoder",
-           "choose_step", "device_decoder", "lone_decoder", "measure"]
+__all__ = [
+    "NATIVE_ROWS",
+    "NATIVE_STEP_MARGIN",
+    "DecodeChoice",
+    "Measured",
+    "batch_decoder",
+    "choose_step",
+    "device_decoder",
+    "lone_decoder",
+    "measure",
+]
 
 # A lone sequence's step of at most this many new tokens (a decode step, a speculative
 # verification) goes through the native one-call step; longer ones (prompts) take the
@@ -58,11 +69,22 @@ NATIVE_ROWS = 16
 LoneDecoder = LeanDecoder | NativeDecoder
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What ``measure`` decided for one model."""
+
+    threads: ThreadChoice | None      # None: the count already set stays
+    kernels: list[KernelChoice]
+    prefetch: PrefetchChoice | None   # None: not measured (no native kernel, not asked)
+
+
 def measure(model: LlamaModel, quant: QuantMode, *, group_size: int,
-            pick_threads: bool) -> tuple[ThreadChoice | None, list[KernelChoice]]:
+            pick_threads: bool, pick_prefetch: bool = True) -> Measured:
     """At load, on this machine: the thread count measured fastest on the model's widest
     projection (``pick_threads``; else the count already set stays), then every linear
-    layer's kernels measured at that count, swapped into the model."""
+    layer's kernels measured at that count, swapped into the model, then (``pick_prefetch``)
+    the native kernels' prefetch distance on those kernels. The distance is one setting
+    of the process: a draft model's load leaves its target's."""
     threads = None
     if pick_threads:
         c = model.config
@@ -72,7 +94,10 @@ def measure(model: LlamaModel, quant: QuantMode, *, group_size: int,
     library = native_status().library
     if library is not None:
         library.set_threads(torch.get_num_threads())
-    return threads, select_kernels(model, quant, group_size=group_size)
+    kernels = select_kernels(model, quant, group_size=group_size)
+    prefetch = (choose_prefetch(model, library) if library is not None and pick_prefetch
+                else None)
+    return Measured(threads, kernels, prefetch)
 
 
 def _on_cpu(kv_cache: KVCache) -> bool:

@@ -56,7 +56,8 @@
  * row ran 1.5x faster 4 KiB ahead than 256 bytes (6.6 against 10.0 ms for the 30
  * layers, one thread), its AMX int8 LM head fastest 1 KiB ahead (2.64 ms, 2.79 at 256,
  * 3.21 at 4 KiB). The distance is a run-time setting (ti_set_prefetch, the library's
- * set_prefetch), 256 bytes unless set. Set while no kernel runs. */
+ * set_prefetch), 256 bytes unless set; a model's load measures it on the model's own
+ * one-row products (llm/backends/cpu/prefetch.py). Set while no kernel runs. */
 static int64_t prefetch_bytes = 256;
 
 int64_t ti_set_prefetch(int64_t bytes) {
