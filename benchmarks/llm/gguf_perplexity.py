@@ -12,8 +12,10 @@ collections, textwrap, pathlib, functools), tokenized once by the file's own tok
 over non-overlapping windows of ``--window`` tokens, each window scored from its start,
 for both engines. llama.cpp runs in its own venv on the given file as llama.cpp quantized
 it (e.g. Q4_1), with ``logits_all``; turboinfer's fp32 is that file dequantized, and its
-int8 / int4 (group 32) quantize the dequantized weights again. Writes ``--output``
-(default ``gguf_perplexity.json``) beside this script.
+int8 / int4 (group 32) quantize the dequantized weights again, except that int4 takes a
+Q4_0/Q4_1 file's blocks as they are. turboinfer also reads llama.cpp's Q8_0 and Q4_0
+re-quantizations of the file (int8 and int4 on the same weights as llama.cpp there).
+Writes ``--output`` (default ``gguf_perplexity.json``) beside this script.
 """
 
 from __future__ import annotations
@@ -86,24 +88,36 @@ def text() -> str:
     return "\n\n".join(docs)
 
 
-def llama_cpp(args: argparse.Namespace, ids: list[int]) -> dict[str, float]:
+def llama_cpp(args: argparse.Namespace, ids: list[int], tmp: Path
+              ) -> tuple[dict[str, float], dict[str, Path]]:
     """llama.cpp's perplexity of the file as it is and re-quantized to Q8_0 and Q4_0
-    (from the file's own weights, as turboinfer's int8/int4 start from them too)."""
+    (from the file's own weights, as turboinfer's int8/int4 start from them too); the
+    files, in ``tmp``, for turboinfer to read as well."""
     out: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        ids_file = Path(tmp) / "ids.json"
-        ids_file.write_text(json.dumps(ids))
-        files = {"file": args.gguf}
-        for ftype in ("Q8_0", "Q4_0"):
-            files[ftype] = Path(tmp) / f"{ftype}.gguf"
-            subprocess.run([args.llamacpp_python, "-c", QUANTIZE, str(args.gguf),
-                            str(files[ftype]), ftype], capture_output=True, check=True)
-        for label, path in files.items():
-            done = subprocess.run([args.llamacpp_python, "-c", LLAMA_CPP, str(path),
-                                   str(ids_file), str(args.window)], capture_output=True,
-                                  text=True, check=True)
-            out[label] = json.loads(done.stdout.strip().splitlines()[-1])["perplexity"]
-            print("llama.cpp", label, out[label], flush=True)
+    ids_file = tmp / "ids.json"
+    ids_file.write_text(json.dumps(ids))
+    files = {"file": args.gguf}
+    for ftype in ("Q8_0", "Q4_0"):
+        files[ftype] = tmp / f"{args.gguf.stem}.{ftype}.gguf"
+        subprocess.run([args.llamacpp_python, "-c", QUANTIZE, str(args.gguf),
+                        str(files[ftype]), ftype], capture_output=True, check=True)
+    for label, path in files.items():
+        done = subprocess.run([args.llamacpp_python, "-c", LLAMA_CPP, str(path),
+                               str(ids_file), str(args.window)], capture_output=True,
+                              text=True, check=True)
+        out[label] = json.loads(done.stdout.strip().splitlines()[-1])["perplexity"]
+        print("llama.cpp", label, out[label], flush=True)
+    return out, files
+
+
+def same_files(files: dict[str, Path], ids: list[int], window: int) -> dict[str, float]:
+    """turboinfer on llama.cpp's own Q8_0 and Q4_0 files: int8 from the Q8_0 weights, int4
+    on the Q4_0 blocks as they are (``model/gguf.py``)."""
+    out = {}
+    for ftype, quant in (("Q8_0", "int8"), ("Q4_0", "int4")):
+        llm = LLM(files[ftype], quant=quant, config=EngineConfig(quant_group_size=32))
+        out[f"{ftype} {quant}"] = perplexity(llm.model, ids, window=window)
+        print("turboinfer on", ftype, quant, out[f"{ftype} {quant}"], flush=True)
     return out
 
 
@@ -161,7 +175,9 @@ def main() -> None:
     result["turboinfer_per_kernel"] = per_kernel(args.gguf, ids, args.window)
     result["tokens"] = len(ids)
     if args.llamacpp_python:
-        result["llama_cpp"] = llama_cpp(args, ids)
+        with tempfile.TemporaryDirectory() as tmp:
+            result["llama_cpp"], files = llama_cpp(args, ids, Path(tmp))
+            result["turboinfer_on_llama_cpp_files"] = same_files(files, ids, args.window)
     result["ratios_to_fp32"] = {k: v / ppl["fp32"] for k, v in ppl.items()}
     result["machine"] = {**_cpu(), "python": platform.python_version()}
     result["command"] = " ".join(["python", "benchmarks/llm/gguf_perplexity.py",

@@ -11,13 +11,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from safetensors.numpy import load_file
 
 from turboinfer.cli import main
 from turboinfer.errors import ModelLoadError
 from turboinfer.llm import LLM, SamplingParams
-from turboinfer.llm.api import demo_model_dir
-from turboinfer.llm.model.gguf import convert_gguf, permute_rotary, unpermute_rotary
+from turboinfer.llm.api import demo_model_dir, model_folder
+from turboinfer.llm.backends.cpu import kernel_candidates
+from turboinfer.llm.backends.cpu.kernel_candidates import NativeInt4Kernel
+from turboinfer.llm.backends.cpu.native import native_status
+from turboinfer.llm.backends.cpu.native.layout import int4_tiles
+from turboinfer.llm.model.gguf import (
+    convert_gguf,
+    permute_rotary,
+    q4_groups,
+    unpermute_rotary,
+)
+from turboinfer.llm.model.loader import INT4_GROUPS_ATTR, load_model
+from turboinfer.llm.model.quant import dequantize_int4_native, quantize_int4_native
 
 gguf = pytest.importorskip("gguf")
 
@@ -118,6 +130,56 @@ def test_a_q8_gguf_stays_close(tmp_path: Path) -> None:
         value = value.astype(np.float32)
         error = np.abs(ours[name] - value).max() / (np.abs(value).max() + 1e-12)
         assert error < 0.01, name  # Q8_0: one scale per 32 values, 8 bits each
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1"])
+def test_q4_blocks_reach_the_int4_kernel_as_they_are(tmp_path: Path, qtype: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    library = native_status().library
+    if library is None:
+        pytest.skip(f"native kernels absent: {native_status().reason}")
+    monkeypatch.setattr(kernel_candidates, "_torch_candidates", lambda mode, group: [])
+    path = write_gguf(demo_model_dir(), tmp_path / f"demo-{qtype}.gguf", qtype=qtype)
+    tensor = next(t for t in gguf.GGUFReader(str(path)).tensors
+                  if t.name == "blk.0.ffn_down.weight")
+    groups = q4_groups(tensor)
+    assert groups is not None
+    # The groups hold the file's weights exactly.
+    assert np.array_equal(
+        dequantize_int4_native(*(torch.from_numpy(g) for g in groups)).numpy(),
+        gguf.quants.dequantize(tensor.data, tensor.tensor_type))
+    llm = LLM(path, quant="int4")
+    layers = [llm.model.layers[0].self_attn.qkv_proj, llm.model.layers[0].mlp.gate_up_proj,
+              llm.model.layers[0].mlp.down_proj]
+    folder = model_folder(path)
+    weights = load_file(str(folder / "model.safetensors"))
+    loaded = dict(load_model(folder).named_modules())
+    requantized_differs = False
+    for layer in layers:
+        kernel = layer.kernel_for(1)
+        assert isinstance(kernel, NativeInt4Kernel)
+        # Fused and un-permuted as the weights are, and taken by the kernel bit for bit.
+        name = next(n for n, m in llm.model.named_modules() if m is layer)
+        exact = getattr(loaded[name], INT4_GROUPS_ATTR)
+        assert torch.equal(kernel.tiles, int4_tiles(*exact))
+        fp32 = _fused_weight(weights, name)
+        assert torch.equal(dequantize_int4_native(*exact), fp32)
+        requantized_differs |= not torch.equal(int4_tiles(*quantize_int4_native(fp32)),
+                                               kernel.tiles)
+    # Q4_1's blocks span 0..15, so quantizing their float values again finds the same
+    # groups; Q4_0's symmetric grid does not.
+    assert requantized_differs == (qtype == "Q4_0")
+    out = llm.generate(PROMPTS, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+    assert all(len(o.token_ids) == 8 for o in out)
+
+
+def _fused_weight(weights: dict[str, np.ndarray], name: str) -> torch.Tensor:
+    parts = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj",
+                                    "self_attn.v_proj"),
+             "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+    layer, _, module = name.partition(".")[2].partition(".")
+    keys = [f"model.layers.{layer}.{p}.weight" for p in parts.get(module, (module,))]
+    return torch.cat([torch.from_numpy(weights[k]) for k in keys])
 
 
 def test_the_cli_generates_from_a_gguf_file(demo_f32: Path,

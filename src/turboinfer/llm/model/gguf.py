@@ -11,6 +11,12 @@ What is read from the file:
 - every tensor, dequantized to float32 by the ``gguf`` package (Q4_0/Q4_1/Q5/Q8_0, the
   K-quants, F16/BF16; a type it cannot read is an error naming the tensor and type);
   the engine then quantizes again as ``--quant`` asks;
+- Q4_0 and Q4_1 projections also as they are, in the native int4 kernel's layout
+  (``int4.safetensors``): a block of 32 is one of its groups (fp16 scale ``d``, fp16
+  minimum ``m``, or ``-8 d`` for Q4_0's offset 8, byte ``j`` = ``q[j] | q[j+16] << 4``
+  in both), so ``--quant int4`` runs the file's own weights bit for bit instead of
+  quantizing their float values again (which, from Q4_0's symmetric grid, lands on
+  another grid);
 - llama.cpp stores a Llama's q/k projections with each head's rotary halves interleaved
   (its converter permutes them for its RoPE kernel); they are put back in the order of
   the Hugging Face weights this engine's RoPE expects (Qwen2 files are not permuted);
@@ -49,7 +55,11 @@ _LAYER_NAMES = {
 }
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm",
               "output": "lm_head"}
-_FORMAT = 1  # bumped when the converted folder's layout changes
+_FORMAT = 2  # bumped when the converted folder's layout changes
+EXACT_INT4_FILE = "int4.safetensors"
+# The int4 tensors' key suffixes, after the projection's HF name (``...q_proj``).
+INT4_PARTS = ("int4_packed", "int4_scales", "int4_mins")
+_Q4_BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20}     # fp16 d (and m), then 16 bytes of nibbles
 
 
 def gguf_folder(path: Path) -> Path:
@@ -84,8 +94,10 @@ def convert_gguf(path: Path, out: Path) -> Path:
     shapes = {t.name: [int(d) for d in t.shape] for t in reader.tensors}
     config = _config(fields, arch, shapes, path)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = _tensors(reader, arch, config, path)
+    tensors, int4 = _tensors(reader, arch, config, path)
     save_file(tensors, str(out / "model.safetensors"))
+    if int4:
+        save_file(int4, str(out / EXACT_INT4_FILE))
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     _save_tokenizer(path, out)
     return out
@@ -154,12 +166,14 @@ def _config(fields: dict[str, Any], arch: str, names: dict[str, list[int]], path
 
 
 def _tensors(reader: Any, arch: str, config: dict[str, Any], path: Path
-             ) -> dict[str, torch.Tensor]:
+             ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The float32 tensors by HF name, and the Q4_0/Q4_1 projections' int4 groups."""
     from gguf.quants import dequantize  # why: optional (the gguf extra)
 
     permuted = ARCHITECTURES[arch][2]
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     out: dict[str, torch.Tensor] = {}
+    int4: dict[str, torch.Tensor] = {}
     for tensor in reader.tensors:
         name = hf_name(tensor.name)
         if name is None:
@@ -170,10 +184,37 @@ def _tensors(reader: Any, arch: str, config: dict[str, Any], path: Path
             raise ModelLoadError(f"{path}: tensor {tensor.name} is "
                                  f"{tensor.tensor_type.name}, which cannot be read") from None
         kind = tensor.name.split(".")[2] if tensor.name.startswith("blk.") else ""
+        groups = q4_groups(tensor) if name.startswith(("model.layers.", "lm_head")) else None
         if permuted and kind in heads:
             array = unpermute_rotary(array, heads[kind])
+            if groups is not None:
+                groups = (unpermute_rotary(groups[0], heads[kind]),
+                          unpermute_rotary(groups[1], heads[kind]),
+                          unpermute_rotary(groups[2], heads[kind]))
         out[name] = torch.from_numpy(np.array(array, dtype=np.float32, order="C", copy=True))
-    return out
+        for part, group in zip(INT4_PARTS, groups or (), strict=False):  # none or three
+            int4[f"{name.removesuffix('.weight')}.{part}"] = torch.from_numpy(
+                np.ascontiguousarray(group))
+    return out, int4
+
+
+def q4_groups(tensor: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A Q4_0 / Q4_1 tensor's blocks as the native int4 kernel's groups: (packed
+    ``[N, K/2]`` uint8, scales ``[N, K/32]`` fp16, minimums ``[N, K/32]`` fp16); None for
+    another type. Q4_1 stores ``w = d q + m``; Q4_0 ``w = d (q - 8)``, that is ``m = -8 d``
+    (exact in fp16: a power of two times ``d``)."""
+    kind = tensor.tensor_type.name
+    if kind not in _Q4_BLOCK_BYTES:
+        return None
+    raw = np.asarray(tensor.data, dtype=np.uint8)
+    rows = raw.shape[0]
+    blocks = raw.reshape(rows, -1, _Q4_BLOCK_BYTES[kind])
+    scales = blocks[..., 0:2].copy().view(np.float16)[..., 0]
+    if kind == "Q4_1":
+        mins, nibbles = blocks[..., 2:4].copy().view(np.float16)[..., 0], blocks[..., 4:]
+    else:
+        mins, nibbles = (scales * np.float16(-8)).astype(np.float16), blocks[..., 2:]
+    return nibbles.reshape(rows, -1), scales, mins
 
 
 def hf_name(gguf_name: str) -> str | None:

@@ -2,7 +2,10 @@
 
 A folder holds ``config.json``, weights as ``model.safetensors`` (or shards listed in
 ``model.safetensors.index.json``) and usually ``tokenizer.json``. Separate q/k/v and
-gate/up projections are fused into the layout ``model.LlamaModel`` uses.
+gate/up projections are fused into the layout ``model.LlamaModel`` uses. A folder
+converted from a GGUF file may also hold its Q4_0/Q4_1 projections as int4 groups
+(``int4.safetensors``, ``model/gguf.py``): they are fused the same way and kept on the
+projections (``INT4_GROUPS_ATTR``) for the native int4 kernel to take as they are.
 """
 
 from __future__ import annotations
@@ -13,12 +16,17 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from turboinfer.errors import ModelLoadError, UnknownModelError
 from turboinfer.llm.model.config import ModelConfig
+from turboinfer.llm.model.gguf import EXACT_INT4_FILE, INT4_PARTS
 from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.model.moe import build_model
 from turboinfer.llm.model.moe_weights import fuse_moe_weights
+from turboinfer.llm.model.quant import NATIVE_GROUP
+
+INT4_GROUPS_ATTR = "int4_groups"   # (packed [N, K/2] uint8, scales, minimums [N, K/32] fp16)
 
 _FUSED = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -126,7 +134,48 @@ def load_model(folder: Path, *, dtype: torch.dtype = torch.float32) -> LlamaMode
     model.to(dtype)
     model.eval()
     model.requires_grad_(False)
+    if dtype == torch.float32:
+        attach_int4_groups(model, folder, config)
     return model
+
+
+def attach_int4_groups(model: LlamaModel, folder: Path, config: ModelConfig) -> int:
+    """Keep the folder's exact int4 groups (``int4.safetensors``) on the projections they
+    quantize, fused as the weights are (a fused projection only where all its parts have
+    them); returns how many projections got them."""
+    file = folder / EXACT_INT4_FILE
+    if not file.is_file():
+        return 0
+    try:
+        raw = load_file(str(file))
+    except (SafetensorError, OSError) as exc:
+        raise ModelLoadError(f"{file}: cannot read the int4 weights ({exc})") from None
+    groups: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in raw.items():
+        owner, _, part = key.rpartition(".")
+        groups.setdefault(owner.removeprefix("model."), {})[part] = value
+    for i in range(config.num_hidden_layers):
+        for fused, parts in _FUSED.items():
+            found = [groups.pop(f"layers.{i}.{p}", None) for p in parts]
+            if all(f is not None and set(INT4_PARTS) <= set(f) for f in found):
+                groups[f"layers.{i}.{fused}"] = {
+                    part: torch.cat([f[part] for f in found if f is not None])
+                    for part in INT4_PARTS}
+    modules = dict(model.named_modules())
+    attached = 0
+    for name, held in groups.items():
+        module = modules.get(name)
+        if not isinstance(module, nn.Linear) or not set(INT4_PARTS) <= set(held):
+            continue
+        packed, scales, mins = (held[p] for p in INT4_PARTS)
+        n, k = module.weight.shape
+        if (packed.shape != (n, k // 2) or scales.shape != (n, k // NATIVE_GROUP)
+                or mins.shape != scales.shape):
+            raise ModelLoadError(f"{file}: int4 weights of {name} do not match its "
+                                 f"{n}x{k} weight")
+        setattr(module, INT4_GROUPS_ATTR, (packed, scales, mins))
+        attached += 1
+    return attached
 
 
 def hf_config_dict(config: ModelConfig) -> dict[str, object]:

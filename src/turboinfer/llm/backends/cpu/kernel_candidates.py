@@ -291,8 +291,14 @@ class NativeInt4Kernel(NativeKernel):
     name = "int4_native"
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
-                 bias: torch.Tensor | None) -> None:
-        self.tiles = int4_tiles(*quantize_int4_native(weight))
+                 bias: torch.Tensor | None,
+                 groups: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                 ) -> None:
+        """``groups``: the weight already in this layout (``quantize_int4_native``'s
+        packed, scales, minimums; a GGUF file's Q4_0/Q4_1 blocks), taken as they are
+        instead of quantizing ``weight``."""
+        self.tiles = int4_tiles(*(groups if groups is not None
+                                  else quantize_int4_native(weight)))
         self.bias = None if bias is None else bias.float().contiguous()
         n, k = weight.shape
         super().__init__(lib.int4_linear, n, k, _nbytes(self.tiles, self.bias))

@@ -31,14 +31,17 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     NATIVE_KERNELS,
     Candidate,
     Kernel,
+    NativeInt4Kernel,
     NativeKernel,
     absent_candidates,
     candidates,
     mkl_packing_available,
     supports,
 )
+from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.model.config import QuantMode
-from turboinfer.llm.model.quant import layer_mode
+from turboinfer.llm.model.loader import INT4_GROUPS_ATTR
+from turboinfer.llm.model.quant import NATIVE_GROUP, layer_mode
 
 ROW_COUNTS = (1, 16)
 # A prompt chunk (the engine's default token budget per step). Compute-bound, so timed
@@ -225,6 +228,14 @@ def _bias(linear: nn.Linear) -> torch.Tensor | None:
 
 def _build(mode: QuantMode, name: str, linear: nn.Linear, rows: int,
            group_size: int) -> tuple[Kernel, bool]:
+    groups = getattr(linear, INT4_GROUPS_ATTR, None)
+    library = native_status().library
+    if (groups is not None and library is not None and mode is QuantMode.INT4
+            and name == NativeInt4Kernel.name and group_size == NATIVE_GROUP):
+        # The file's own int4 groups (a GGUF's Q4_0/Q4_1 blocks), bit for bit.
+        exact = NativeInt4Kernel(library, linear.weight, _bias(linear), groups)
+        exact.move_to_huge_pages()
+        return exact, False
     cand = next(c for c in candidates(mode, group_size=group_size) if c.name == name)
     kernel = cand.build(linear.weight.detach().float(), _bias(linear), rows)
     if isinstance(kernel, NativeKernel):
