@@ -14,6 +14,7 @@ from turboinfer.llm.backends.cpu import kernel_candidates, prefetch
 from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder
 from turboinfer.llm.backends.cpu.kernels import SelectedLinear
 from turboinfer.llm.backends.cpu.native import native_status
+from turboinfer.llm.backends.cpu.native.loader import PREFETCH_KINDS
 from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
 from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.backends.torch.lean_decode import LeanDecoder
@@ -79,18 +80,27 @@ def test_the_prefetch_distance_is_measured_on_the_models_one_row_kernels(
         model = load_model(tiny_llama_dir)
         measured = select.measure(model, QuantMode.INT4, group_size=32, pick_threads=False)
         choice = measured.prefetch
-        assert choice is not None and set(choice.step_ms) == set(prefetch.DISTANCES)
-        assert choice.step_ms[choice.chosen] == min(choice.step_ms.values())
-        assert library.set_prefetch(-1) == choice.chosen       # left in force
+        families = prefetch.one_row_kernels(model)
+        # int4 projections, and the LM head in int8 (on AMX where it runs).
+        assert "int4" in families and len(families) == 2
+        assert choice is not None and set(choice.chosen) == set(families)
+        for kind, timings in choice.step_ms.items():
+            assert set(timings) == set(prefetch.DISTANCES)
+            assert timings[choice.chosen[kind]] == min(timings.values())
+            assert library.set_prefetch(-1, kind) == choice.chosen[kind]   # left in force
         layers = [m for m in model.modules() if isinstance(m, SelectedLinear)]
-        assert len(prefetch.one_row_kernels(model)) == len(layers) > 1
-        # Not asked for (a draft's load), or no native kernel at one row: unchanged.
+        assert sum(len(k) for k in families.values()) == len(layers) > 1
+        # Not asked for (a draft's load), or no prefetching kernel at one row: unchanged.
         library.set_prefetch(512)
         again = load_model(tiny_llama_dir)
         assert select.measure(again, QuantMode.INT4, group_size=32, pick_threads=False,
                               pick_prefetch=False).prefetch is None
+        fp32 = load_model(tiny_llama_dir)
+        select.measure(fp32, QuantMode.NONE, group_size=32, pick_threads=False,
+                       pick_prefetch=False)
+        assert prefetch.choose_prefetch(fp32, library) is None      # fp32_native: none
         assert prefetch.choose_prefetch(load_model(tiny_llama_dir), library) is None
-        assert library.set_prefetch(-1) == 512
+        assert all(library.set_prefetch(-1, kind) == 512 for kind in PREFETCH_KINDS)
     finally:
         library.set_prefetch(default)
 

@@ -226,6 +226,12 @@ def test_the_prefetch_distance_changes_no_result(library: NativeLibrary) -> None
             assert torch.equal(int4(x), want[0]) and torch.equal(int8(x), want[1])
         assert library.set_prefetch(-1) == 1 << 20          # out of range: unchanged
         assert library.set_prefetch((1 << 20) + 1) == 1 << 20
+        # Each family on its own.
+        assert library.set_prefetch(4096, "int4") == 4096
+        assert library.set_prefetch(-1, "int8") == 1 << 20
+        assert torch.equal(int4(x), want[0]) and torch.equal(int8(x), want[1])
+        with pytest.raises(ValueError):
+            library.set_prefetch(256, "int2")
     finally:
         library.set_prefetch(default)
 

@@ -243,9 +243,10 @@ def _bench(args: argparse.Namespace) -> int:
     for c in llm.kernel_choices:
         print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: {c.chosen}")
     if llm.prefetch_choice:
-        timed = ", ".join(f"{d} B {ms:.2f} ms" for d, ms in llm.prefetch_choice.step_ms.items())
-        print(f"weight prefetch: {llm.prefetch_choice.chosen} bytes ahead (one-row products: "
-              f"{timed})")
+        for kind, timings in llm.prefetch_choice.step_ms.items():
+            timed = ", ".join(f"{d} B {ms:.2f} ms" for d, ms in timings.items())
+            print(f"{kind} weight prefetch: {llm.prefetch_choice.chosen[kind]} bytes ahead "
+                  f"(one-row products: {timed})")
     print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
           f"({llm.config.dtype})")
     plan = llm.engine.memory_plan

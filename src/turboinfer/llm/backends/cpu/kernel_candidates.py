@@ -200,6 +200,9 @@ class NativeKernel(Kernel):
     (``_fixed_args``, again whenever the tiles move)."""
 
     tiles: torch.Tensor
+    # Which prefetch distance its weight stream uses (native/loader.py PREFETCH_KINDS);
+    # None: the kernel does not prefetch.
+    prefetch_kind: str | None = None
 
     def __init__(self, fn: Callable[..., int], out_features: int, in_features: int,
                  read_bytes: int) -> None:
@@ -237,6 +240,7 @@ class NativeInt8Kernel(NativeKernel):
 
     name = "int8_native"
     label = "native int8 kernel"
+    prefetch_kind: str | None = "int8"
     MAX_IN_FEATURES = 2**20     # past it a block multiplier of 1 could overflow an int32 lane
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
@@ -273,6 +277,7 @@ class NativeAmxInt8Kernel(NativeInt8Kernel):
 
     name = "int8_amx_native"
     label = "native AMX int8 kernel"
+    prefetch_kind = "amx"
     MAX_IN_FEATURES = 2**16     # past it a sum of the low bytes could overflow int32
 
     @staticmethod
@@ -289,6 +294,7 @@ class NativeInt4Kernel(NativeKernel):
     to int8 per group of 32 and call (``kernels.c``)."""
 
     name = "int4_native"
+    prefetch_kind = "int4"
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
                  bias: torch.Tensor | None,

@@ -3,19 +3,24 @@
 A batch-1 decode step streams every layer's weights from memory once, and at one row the
 kernels wait on memory, not on arithmetic: how many bytes ahead of the stream they ask
 for lines decides how much of the memory's bandwidth one core gets. The best distance
-depends on the CPU: on an Intel Xeon (Emerald Rapids) the int4 layers of a 30-layer model
-took 10.0 ms per step 256 bytes ahead and 6.6 ms 4 KiB ahead, while on an AMD Zen 5 the
-int8 kernel ran slower 1 KiB ahead than 256 bytes. So the distance is chosen per load:
-the model's own one-row products (every layer's one-row native kernel, in model order, as
-a step runs them) are timed at each candidate distance in interleaved rounds, and the
-fastest is kept for the library (one setting for all kernels: the process runs one model's
-steps). ``PrefetchChoice`` records the timings (``llm bench --json``).
+depends on the CPU and on the kernel: on an Intel Xeon (Emerald Rapids) the int4 layers of
+a 30-layer model took 10.0 ms per step 256 bytes ahead and 6.6 ms 4 KiB ahead, while its
+AMX LM head was fastest 1 KiB ahead and slowest 4 KiB ahead; on an AMD Zen 5 the int8
+kernel ran slower 1 KiB ahead than 256 bytes. So each kernel family (int8, int4, AMX) has
+its own distance, chosen per load: the model's one-row products (every layer's one-row
+native kernel, in model order, as a step runs them, so that each family meets the caches
+the others leave) are timed with one family's distance at each candidate in interleaved
+rounds, the others' at their choice so far (the family with the most bytes first), and the
+fastest is kept for the library (one setting per family for the process: it runs one
+model's steps). ``PrefetchChoice`` records the
+timings (``llm bench --json``).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -27,64 +32,77 @@ from turboinfer.llm.backends.cpu.native import NativeLibrary
 
 DISTANCES = (256, 1024, 2048, 4096)
 ROUNDS = 5
-# Each sample runs the step's products at least this long: a small model's step takes
-# tens of microseconds, below the timer's noise.
+# Each sample runs the products at least this long: a small model's step takes tens of
+# microseconds, below the timer's noise.
 SAMPLE_S = 0.004
 
 
 @dataclass(frozen=True)
 class PrefetchChoice:
-    """The distance chosen (bytes) and the median milliseconds of the model's one-row
-    products at each distance measured."""
+    """Per kernel family: the distance chosen (bytes), and the median milliseconds of the
+    model's one-row products of that family at each distance measured."""
 
-    chosen: int
-    step_ms: dict[int, float]
+    chosen: dict[str, int]
+    step_ms: dict[str, dict[int, float]]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def one_row_kernels(model: nn.Module) -> list[NativeKernel]:
-    """The native kernels a batch-1 step calls, in model order."""
-    return [k for m in model.modules() if isinstance(m, SelectedLinear)
-            and isinstance(k := m.kernel_for(1), NativeKernel)]
+def one_row_kernels(model: nn.Module) -> dict[str, list[NativeKernel]]:
+    """The prefetching native kernels a batch-1 step calls, by family, in model order."""
+    out: dict[str, list[NativeKernel]] = {}
+    for module in model.modules():
+        if isinstance(module, SelectedLinear):
+            kernel = module.kernel_for(1)
+            if isinstance(kernel, NativeKernel) and kernel.prefetch_kind is not None:
+                out.setdefault(kernel.prefetch_kind, []).append(kernel)
+    return out
+
+
+def _products(kernels: list[NativeKernel]) -> Callable[[], None]:
+    inputs = {k.in_features: torch.randn(1, k.in_features,
+                                         generator=torch.Generator().manual_seed(k.in_features))
+              for k in kernels}
+
+    def run() -> None:
+        for kernel in kernels:
+            kernel(inputs[kernel.in_features])
+    return run
 
 
 @torch.inference_mode()
 def choose_prefetch(model: nn.Module, library: NativeLibrary,
                     distances: tuple[int, ...] = DISTANCES,
                     rounds: int = ROUNDS) -> PrefetchChoice | None:
-    """Time the model's one-row native products at each distance, set the fastest on
-    ``library`` and return the choice; None (the setting unchanged) where no layer runs
-    a native kernel at one row."""
-    kernels = one_row_kernels(model)
-    if not kernels:
+    """Time the model's one-row native products at each family's candidate distances,
+    set the fastest on ``library`` and return the choice; None (the settings unchanged)
+    where no layer runs a prefetching native kernel at one row."""
+    families = one_row_kernels(model)
+    if not families:
         return None
-    inputs = {k.in_features: torch.randn(1, k.in_features,
-                                         generator=torch.Generator().manual_seed(k.in_features))
-              for k in kernels}
-
-    def step() -> None:
-        for kernel in kernels:
-            kernel(inputs[kernel.in_features])
-
-    before = library.set_prefetch(-1)     # out of range: reads the distance in force
-    step()                                # warm: pages touched, activations allocated
+    run = _products([k for m in model.modules() if isinstance(m, SelectedLinear)
+                     and isinstance(k := m.kernel_for(1), NativeKernel)])
+    run()                                     # warm: pages touched, buffers allocated
     start = time.perf_counter()
-    step()
+    run()
     reps = max(1, int(SAMPLE_S / max(time.perf_counter() - start, 1e-7)))
-    samples: dict[int, list[float]] = {d: [] for d in distances}
-    try:
-        for _ in range(rounds):
-            for d in distances:
-                library.set_prefetch(d)
-                start = time.perf_counter()
-                for _ in range(reps):
-                    step()
-                samples[d].append((time.perf_counter() - start) / reps)
-    finally:
-        library.set_prefetch(before)
-    step_ms = {d: 1e3 * statistics.median(s) for d, s in samples.items()}
-    chosen = min(step_ms, key=step_ms.__getitem__)
-    library.set_prefetch(chosen)
+    chosen: dict[str, int] = {}
+    step_ms: dict[str, dict[int, float]] = {}
+    for kind in sorted(families, key=lambda f: -sum(k.read_bytes for k in families[f])):
+        before = library.set_prefetch(-1, kind)   # out of range: reads the distance in force
+        samples: dict[int, list[float]] = {d: [] for d in distances}
+        try:
+            for _ in range(rounds):
+                for d in distances:
+                    library.set_prefetch(d, kind)
+                    start = time.perf_counter()
+                    for _ in range(reps):
+                        run()
+                    samples[d].append((time.perf_counter() - start) / reps)
+        finally:
+            library.set_prefetch(before, kind)
+        step_ms[kind] = {d: 1e3 * statistics.median(s) for d, s in samples.items()}
+        chosen[kind] = min(step_ms[kind], key=step_ms[kind].__getitem__)
+        library.set_prefetch(chosen[kind], kind)
     return PrefetchChoice(chosen, step_ms)

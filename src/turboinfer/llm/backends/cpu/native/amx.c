@@ -121,7 +121,7 @@ static inline void prefetch_tiles(const int8_t *p) {
                         int64_t kp, int64_t rows, int pr, const float *wscale, const float *xs, \
                         int64_t n, int64_t col, float *y, int32_t (*acc)[2 * AMX_PASS * 16]) { \
         const int8_t *w1 = wb + stride;                                                    \
-        const int64_t pf = ti_prefetch_bytes();                                            \
+        const int64_t pf = ti_prefetch_bytes(TI_PREFETCH_AMX);                             \
         for (int64_t r0 = 0; r0 < rows; r0 += pr) {                                        \
             const uint8_t *ar = a + 2 * r0 * kp;                                           \
             _tile_zero(6);                                                                 \

@@ -55,17 +55,27 @@
  * 49152x576 1120 / 1006 / 1083), while on an Intel Xeon SmolLM2-135M's int4 layers at one
  * row ran 1.5x faster 4 KiB ahead than 256 bytes (6.6 against 10.0 ms for the 30
  * layers, one thread), its AMX int8 LM head fastest 1 KiB ahead (2.64 ms, 2.79 at 256,
- * 3.21 at 4 KiB). The distance is a run-time setting (ti_set_prefetch, the library's
- * set_prefetch), 256 bytes unless set; a model's load measures it on the model's own
- * one-row products (llm/backends/cpu/prefetch.py). Set while no kernel runs. */
-static int64_t prefetch_bytes = 256;
+ * 3.21 at 4 KiB). So the distance is a run-time setting per kernel family (int8, int4,
+ * AMX: ti_set_prefetch_for, the library's set_prefetch), 256 bytes unless set; a model's
+ * load measures each family's on the model's own one-row products
+ * (llm/backends/cpu/prefetch.py). Set while no kernel runs. */
+static int64_t prefetch_bytes[TI_PREFETCH_KINDS] = {256, 256, 256};
 
+/* Every kind's distance; returns the int8 kernel's. Out of range: unchanged. */
 int64_t ti_set_prefetch(int64_t bytes) {
-    if (bytes >= 0 && bytes <= (1 << 20)) prefetch_bytes = bytes;
-    return prefetch_bytes;
+    for (int kind = 0; kind < TI_PREFETCH_KINDS; kind++) ti_set_prefetch_for(kind, bytes);
+    return prefetch_bytes[TI_PREFETCH_INT8];
 }
 
-int64_t ti_prefetch_bytes(void) { return prefetch_bytes; }
+/* One kernel family's distance (TI_PREFETCH_INT8 / _INT4 / _AMX); returns it, -1 for an
+ * unknown kind. */
+int64_t ti_set_prefetch_for(int kind, int64_t bytes) {
+    if (kind < 0 || kind >= TI_PREFETCH_KINDS) return -1;
+    if (bytes >= 0 && bytes <= (1 << 20)) prefetch_bytes[kind] = bytes;
+    return prefetch_bytes[kind];
+}
+
+int64_t ti_prefetch_bytes(int kind) { return prefetch_bytes[kind]; }
 
 #if TI_AVX2
 #define PREFETCH(p) _mm_prefetch((const char *)(p) + pf, _MM_HINT_T0)
@@ -268,7 +278,7 @@ static inline __m128 hsum4_lanes(__m256i a, __m256i b, __m256i c, __m256i d) {
 #define I8_TILE(RB)                                                                        \
     static void i8_tile_##RB(const int8_t *w, const int8_t *xq, const int16_t *m,          \
                              int64_t kp, float *acc) {                                     \
-        const int64_t blocks = kp / 32, pf = prefetch_bytes;                               \
+        const int64_t blocks = kp / 32, pf = prefetch_bytes[TI_PREFETCH_INT8];             \
         __m256i a[RB][4];                                                                  \
         for (int r = 0; r < RB; r++)                                                       \
             for (int j = 0; j < 4; j++) a[r][j] = _mm256_setzero_si256();                  \
@@ -734,7 +744,7 @@ int ti_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
 #define I4_TILE(RB)                                                                        \
     static void i4_tile_##RB(const uint8_t *w, const int8_t *xq, const float *dx,          \
                              const float *xsum, int64_t k, float *out) {                   \
-        const int64_t groups = k / 32, pf = prefetch_bytes;                                \
+        const int64_t groups = k / 32, pf = prefetch_bytes[TI_PREFETCH_INT4];              \
         const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);           \
         const __m256i spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);                 \
         __m256 a[RB];                                                                      \
@@ -853,7 +863,7 @@ static inline __m128 i4z_rows(__m512 a) {
 #define I4Z_TILE(RB)                                                                       \
     static void i4z_tile_##RB(const uint8_t *w, const int8_t *xq, const float *dx,         \
                               const float *xsum, int64_t k, float *out) {                  \
-        const int64_t groups = k / 32, pf = prefetch_bytes;                                \
+        const int64_t groups = k / 32, pf = prefetch_bytes[TI_PREFETCH_INT4];              \
         const __m512i low = _mm512_set1_epi8(0x0f);                                        \
         const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1,                   \
                                                  2, 2, 2, 2, 3, 3, 3, 3);                  \

@@ -33,6 +33,8 @@ CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache
 DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 AMX_ENV = "TURBOINFER_AMX"                  # "0": leave the AMX kernel out (A/B timing)
 COMPILE_TIMEOUT_S = 120
+# The kernel families with their own prefetch distance, in native.h's TI_PREFETCH_* order.
+PREFETCH_KINDS = ("int8", "int4", "amx")
 
 _i64, _ptr, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 
@@ -63,6 +65,7 @@ class NativeLibrary:
                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
         self._set_threads = self._fn("ti_set_threads", [ctypes.c_int])
         self._set_prefetch = self._fn("ti_set_prefetch", [_i64], _i64)
+        self._set_prefetch_for = self._fn("ti_set_prefetch_for", [ctypes.c_int, _i64], _i64)
         # decode.c. (x, rows, n, w, eps, y)
         self.rms_norm = self._fn("ti_rms_norm", [_ptr, _i64, _i64, _ptr, _f32, _ptr], None)
         # (gate_up, rows, inner, y)
@@ -101,10 +104,13 @@ class NativeLibrary:
             self._threads = int(self._set_threads(threads))
         return self._threads
 
-    def set_prefetch(self, distance: int) -> int:
-        """How many bytes ahead the kernels prefetch their weight streams; returns the
-        distance in force. Not while a kernel runs."""
-        return int(self._set_prefetch(distance))
+    def set_prefetch(self, distance: int, kind: str | None = None) -> int:
+        """How many bytes ahead the kernels of ``kind`` (one of ``PREFETCH_KINDS``; None:
+        all) prefetch their weight streams; returns the distance in force (the int8
+        kernel's for all). Out of range (0 to 1 MiB): unchanged. Not while a kernel runs."""
+        if kind is None:
+            return int(self._set_prefetch(distance))
+        return int(self._set_prefetch_for(PREFETCH_KINDS.index(kind), distance))
 
     def _fn(self, name: str, argtypes: list[type],
             restype: type | None = ctypes.c_int) -> Callable[..., int]:

@@ -15,8 +15,10 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
 /* kernels.c: the int8 kernel's activation quantization (per block of 32, an integer
  * multiplier 1..levels of one scale per row), shared with amx.c. */
 int ti_i8_levels(int64_t kp);
-/* How many bytes ahead the kernels prefetch their weight streams (kernels.c). */
-int64_t ti_prefetch_bytes(void);
+/* How many bytes ahead each kernel family prefetches its weight stream (kernels.c). */
+enum { TI_PREFETCH_INT8, TI_PREFETCH_INT4, TI_PREFETCH_AMX, TI_PREFETCH_KINDS };
+int64_t ti_prefetch_bytes(int kind);
+int64_t ti_set_prefetch_for(int kind, int64_t bytes);
 void ti_quantize_i8_blocks(const float *x, int64_t rows, int64_t k, int64_t kp, int levels,
                            int8_t *q, int16_t *m, float *scale);
 
