@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 import torch
 
@@ -90,6 +91,8 @@ def test_the_prefetch_distance_is_measured_on_the_models_one_row_kernels(
             assert library.set_prefetch(-1, kind) == choice.chosen[kind]   # left in force
         layers = [m for m in model.modules() if isinstance(m, SelectedLinear)]
         assert sum(len(k) for k in families.values()) == len(layers) > 1
+        assert orjson.loads(orjson.dumps(choice.to_dict()))["step_ms"]["int4"].keys() == {
+            str(d) for d in prefetch.DISTANCES}            # as llm bench --json writes it
         # Not asked for (a draft's load), or no prefetching kernel at one row: unchanged.
         library.set_prefetch(512)
         again = load_model(tiny_llama_dir)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -46,7 +46,10 @@ class PrefetchChoice:
     step_ms: dict[str, dict[int, float]]
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        # JSON keys are strings: the distances' timings by "256", "1024", ...
+        return {"chosen": dict(self.chosen),
+                "step_ms": {kind: {str(d): ms for d, ms in timings.items()}
+                            for kind, timings in self.step_ms.items()}}
 
 
 def one_row_kernels(model: nn.Module) -> dict[str, list[NativeKernel]]:
