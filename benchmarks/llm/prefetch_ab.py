@@ -51,11 +51,11 @@ def main() -> None:
         if choice is None:
             sys.exit("no prefetching native kernel at one row: nothing to compare")
 
-        def settle(label: str) -> None:
+        def settle(label: str, chosen: dict[str, int] = choice.chosen) -> None:
             if label == "256":
                 library.set_prefetch(256)
             else:
-                for kind, distance in choice.chosen.items():
+                for kind, distance in chosen.items():
                     library.set_prefetch(distance, kind)
 
         rates: dict[str, list[float]] = {"256": [], "chosen": []}
