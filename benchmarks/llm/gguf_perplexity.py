@@ -4,7 +4,7 @@ re-quantized to Q8_0 and Q4_0) on the same token ids; and each of turboinfer's q
 kernels alone, to tell the weights' loss from the activations'.
 
     python benchmarks/llm/gguf_perplexity.py --gguf FILE [--llamacpp-python VENV/bin/python]
-        [--tokens 4096 --window 512]
+        [--tokens 4096 --window 512] [--no-per-kernel]
 
 The text: the docstrings of a fixed list of standard-library modules (json, argparse,
 collections, textwrap, pathlib, functools), tokenized once by the file's own tokenizer
@@ -160,6 +160,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--output", default="gguf_perplexity.json")
+    parser.add_argument("--no-per-kernel", action="store_true",
+                        help="leave out each quantized kernel alone (the slow part)")
     args = parser.parse_args()
     result: dict[str, object] = {"gguf": args.gguf.name, "modules": MODULES,
                                  "window": args.window}
@@ -172,7 +174,8 @@ def main() -> None:
         ppl[{"none": "fp32"}.get(quant, quant)] = perplexity(llm.model, ids, window=args.window)
         print(quant, ppl, flush=True)
     result["turboinfer"] = ppl
-    result["turboinfer_per_kernel"] = per_kernel(args.gguf, ids, args.window)
+    if not args.no_per_kernel:
+        result["turboinfer_per_kernel"] = per_kernel(args.gguf, ids, args.window)
     result["tokens"] = len(ids)
     if args.llamacpp_python:
         with tempfile.TemporaryDirectory() as tmp:
