@@ -97,3 +97,17 @@ def test_quantization_from_the_config_or_the_argument(tiny_llm_dir: Path) -> Non
     by_argument = LLM(tiny_llm_dir, quant="int4",
                       config=EngineConfig(kv_cache_tokens=1024, quant=QuantMode.INT8))
     assert by_argument.config.quant is QuantMode.INT4
+
+
+def test_q8_runs_only_where_the_cpu_kernels_do(tiny_llm_dir: Path) -> None:
+    # llama.cpp's Q8_0 layout exists as the CPU's native kernel (and its dequantized
+    # fallback) only: another backend or dtype is told so, not quietly given int4.
+    from turboinfer.errors import InvalidInputError
+
+    llm = LLM(tiny_llm_dir, quant="q8", config=EngineConfig(kv_cache_tokens=1024))
+    assert {c.chosen for c in llm.kernel_choices} <= {"q8_native", "q8_dequantized_fp32"}
+    assert len(llm.generate("the value", SamplingParams(max_tokens=4))[0].token_ids) > 0
+    for options in ({"backend": "torch"}, {"dtype": "bfloat16"}):
+        with pytest.raises(InvalidInputError, match="q8 runs on the CPU"):
+            LLM(tiny_llm_dir, quant="q8", config=EngineConfig(kv_cache_tokens=1024),
+                **options)

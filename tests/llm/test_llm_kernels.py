@@ -34,7 +34,8 @@ from turboinfer.llm.model.quant import (
 # to 1/254 of a row's range (1/126 for the dynamic kernels, which also quantize the
 # activations to 8 bits; saturating int16 sums would show here as 10% and more); int4
 # rounds to 1/30 of a group's range.
-TOLERANCE = {QuantMode.NONE: 1e-5, QuantMode.INT8: 4e-2, QuantMode.INT4: 1.5e-1}
+TOLERANCE = {QuantMode.NONE: 1e-5, QuantMode.INT8: 4e-2, QuantMode.INT4: 1.5e-1,
+             QuantMode.Q8: 4e-2}
 
 
 @pytest.mark.parametrize("mode", list(QuantMode))

@@ -45,7 +45,7 @@ def _decode(runner: ModelRunner, prompt: list[int], table: list[int], steps: int
     return ids, logits
 
 
-@pytest.mark.parametrize("mode", [QuantMode.NONE, QuantMode.INT8, QuantMode.INT4])
+@pytest.mark.parametrize("mode", [QuantMode.NONE, QuantMode.INT8, QuantMode.INT4, QuantMode.Q8])
 @pytest.mark.parametrize("table", [[0, 1, 2, 3, 4, 5, 6, 7], [3, 0, 5, 1, 4, 2, 7, 6]],
                          ids=["consecutive", "scattered"])
 def test_native_step_matches_the_lean_step(tiny_llama_dir: Path, native_only: None,

@@ -18,6 +18,7 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     NativeF32Kernel,
     NativeInt4Kernel,
     NativeInt8Kernel,
+    NativeQ8Kernel,
     absent_candidates,
     candidates,
 )
@@ -27,9 +28,11 @@ from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.loader import load_model
 from turboinfer.llm.model.quant import (
     dequantize_int4_native,
+    dequantize_q8,
     layer_mode,
     quantize_int4_native,
     quantize_int8,
+    quantize_q8,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
@@ -213,6 +216,49 @@ def test_int4_rows_of_a_many_row_call_equal_one_row_calls(library: NativeLibrary
         assert torch.equal(kernel(x), single), rows
 
 
+@pytest.mark.parametrize("out_features,in_features", [(37, 96), (8, 32), (96, 256), (6, 576)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_q8_kernel_equals_its_dequantized_weights(library: NativeLibrary, out_features: int,
+                                                  in_features: int, bias: bool) -> None:
+    # Q8_0's blocks: int8 per group of 32 with an fp16 scale; the activations rounded
+    # per group of 32 as for int4. What is left is float rounding.
+    torch.manual_seed(3)
+    linear = nn.Linear(in_features, out_features, bias=bias).requires_grad_(False)
+    linear.weight[0] = 0.0              # an all-zero group: scale at its floor, no NaN
+    linear.weight[1, :32] *= 50.0       # a group far larger than the rest of its row
+    kernel = NativeQ8Kernel(library, linear.weight, linear.bias)
+    deq = dequantize_q8(*quantize_q8(linear.weight))
+    # 8 bits per weight and an fp16 scale per 32 (34 bytes, as Q8_0), rows padded to 4.
+    padded = -(-out_features // 4) * 4 * in_features
+    assert kernel.read_bytes == padded + padded // 16 + (4 * out_features if bias else 0)
+    assert _rel(deq, linear.weight) < 0.01
+    for rows in (1, 2, 3, 16):
+        x = torch.randn(rows, in_features)
+        want = F.linear(_int4_activations(x), deq, linear.bias)
+        got = kernel(x)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        assert _rel(got, linear(x)) < 0.05        # the activations' 8 bits, mostly
+        single = torch.cat([kernel(x[r:r + 1]) for r in range(rows)])
+        assert torch.equal(got, single), rows     # a row's outputs: not its neighbours'
+
+
+def test_q8_kernel_agrees_with_the_avx2_build(haswell: NativeLibrary) -> None:
+    # Where the compiler targets AVX-512 VNNI the weights go unsigned (q + 128) into
+    # vpdpbusd and the offset comes off through the activations' sums; the AVX2 path
+    # multiplies signed bytes. Both are exact integer sums, then the same float scaling
+    # in another order.
+    native = native_status().library
+    assert native is not None
+    torch.manual_seed(8)
+    for out_features, in_features in ((37, 96), (64, 576), (13, 1536)):
+        weight = torch.randn(out_features, in_features) * in_features ** -0.5
+        for rows in (1, 2, 5):
+            x = torch.randn(rows, in_features)
+            torch.testing.assert_close(NativeQ8Kernel(native, weight, None)(x),
+                                       NativeQ8Kernel(haswell, weight, None)(x),
+                                       atol=1e-5, rtol=1e-5)
+
+
 def test_the_prefetch_distance_changes_no_result(library: NativeLibrary) -> None:
     torch.manual_seed(5)
     int4 = NativeInt4Kernel(library, torch.randn(40, 256), None)
@@ -360,16 +406,19 @@ def _dequantized(model: nn.Module, mode: QuantMode) -> nn.Module:
     for path, module in model.named_modules():
         if isinstance(module, nn.Linear):
             w = module.weight.data
-            if layer_mode(mode, path.rpartition(".")[2]) is QuantMode.INT8:
+            fmt = layer_mode(mode, path.rpartition(".")[2])
+            if fmt is QuantMode.INT8:
                 q, scales = quantize_int8(w)
                 deq = q.float() * scales[:, None]
+            elif fmt is QuantMode.Q8:
+                deq = dequantize_q8(*quantize_q8(w))
             else:
                 deq = dequantize_int4_native(*quantize_int4_native(w))
             module.weight = nn.Parameter(deq, requires_grad=False)
     return model
 
 
-@pytest.mark.parametrize("mode", [QuantMode.INT8, QuantMode.INT4])
+@pytest.mark.parametrize("mode", [QuantMode.INT8, QuantMode.INT4, QuantMode.Q8])
 def test_model_on_native_quantized_kernels_matches_its_float_weights(
         tiny_llama_dir: Path, native_only: None, mode: QuantMode) -> None:
     # The reference holds the same quantized weights in fp32: what remains is the

@@ -17,6 +17,7 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     NativeF32Kernel,
     NativeInt4Kernel,
     NativeInt8Kernel,
+    NativeQ8Kernel,
 )
 from turboinfer.llm.backends.cpu.native import NativeLibrary, build_library, native_status
 
@@ -42,7 +43,8 @@ def _at(library: NativeLibrary, threads: int, run: Callable[[], torch.Tensor]) -
     return run()
 
 
-@pytest.mark.parametrize("kernel", [NativeF32Kernel, NativeInt8Kernel, NativeInt4Kernel])
+@pytest.mark.parametrize("kernel", [NativeF32Kernel, NativeInt8Kernel, NativeInt4Kernel,
+                                    NativeQ8Kernel])
 @pytest.mark.parametrize("out_features", [8, 37, 200])   # under two tiles a part; partial
 @pytest.mark.parametrize("rows", [1, 2, 5])
 def test_a_linear_layer_on_any_thread_count_equals_one_thread(

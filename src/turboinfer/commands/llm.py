@@ -50,8 +50,10 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-max-batch", type=positive_int,
                         default=ENGINE_DEFAULTS["speculative_max_batch"],
                         help="speculate only while at most this many requests decode together")
-    parser.add_argument("--quant", choices=["none", "int8", "int4"], default="none",
-                        help="weight-only quantization of the linear layers")
+    parser.add_argument("--quant", choices=["none", "int8", "int4", "q8"], default="none",
+                        help="weight-only quantization of the linear layers: int8 per "
+                        "output channel, int4 in groups, q8 int8 in groups of 32 with "
+                        "an fp16 scale (llama.cpp's Q8_0)")
     parser.add_argument("--group-size", type=int, choices=[32, 64, 128, 256],
                         default=ENGINE_DEFAULTS["quant_group_size"],
                         help="int4 group size along the input channels")

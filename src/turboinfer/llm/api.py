@@ -87,7 +87,8 @@ class LLM:
             # Not given: the config's (which defaults to none).
             quant_mode = QuantMode(base.quant if quant is None else quant)
         except ValueError:
-            raise InvalidInputError(f"unknown quantization {quant!r}; use int8 or int4") from None
+            raise InvalidInputError(f"unknown quantization {quant!r}; use int8, int4 or "
+                                    "q8") from None
         where = resolve_device(device or base.device)
         self.dtype = resolve_dtype(dtype or base.dtype, where)
         chosen = backend or base.backend
@@ -102,6 +103,11 @@ class LLM:
         # device, another dtype, the torch backend asked for) runs torch modules on the
         # general path.
         self.general = where.type != "cpu" or chosen == "torch" or self.dtype != torch.float32
+        if quant_mode is QuantMode.Q8 and (self.general or world_size(base) > 1
+                                           or base.expert_memory_gb):
+            raise InvalidInputError("q8 runs on the CPU's own kernels in one process (float32, "
+                                    "backend auto, no parallelism or offloaded experts); use "
+                                    "int8 or int4 there")
         self.config = dataclasses.replace(
             base, quant=quant_mode, ngram_size=ngram or base.ngram_size, device=str(where),
             dtype=str(self.dtype).removeprefix("torch."),

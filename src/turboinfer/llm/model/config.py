@@ -116,8 +116,9 @@ class ModelConfig:
 
 class QuantMode(str, enum.Enum):
     NONE = "none"
-    INT8 = "int8"
-    INT4 = "int4"
+    INT8 = "int8"      # per output channel
+    INT4 = "int4"      # asymmetric groups (quant_group_size), the LM head int8
+    Q8 = "q8"          # int8 per group of 32 with an fp16 scale (llama.cpp's Q8_0); CPU
 
 
 # What runs the steps (llm/backends/select.py): ``auto`` chooses by measurement (the CPU's

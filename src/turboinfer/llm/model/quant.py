@@ -24,6 +24,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from turboinfer.errors import InvalidInputError
 from turboinfer.llm.model.config import QuantMode
 
 COMPUTE_DTYPE = torch.bfloat16
@@ -124,6 +125,26 @@ def dequantize_int4_native(packed: torch.Tensor, scales: torch.Tensor,
     return (q * scales.float()[..., None] + mins.float()[..., None]).reshape(n, 2 * half)
 
 
+def quantize_q8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """llama.cpp's Q8_0: symmetric int8 per group of 32 along the input, the scale
+    ``amax / 127`` as fp16 (rounded before the weights are quantized against it).
+
+    Returns (q ``[N, K]`` int8, scales ``[N, K/32]`` fp16).
+    """
+    n, k = weight.shape
+    groups = weight.float().reshape(n, k // NATIVE_GROUP, NATIVE_GROUP)
+    # 1e-7: an all-zero group's scale stays a (subnormal) fp16 number, not zero.
+    scales = (groups.abs().amax(dim=-1) / 127).clamp(min=1e-7).half()
+    q = torch.clamp(torch.round(groups / scales.float()[..., None]), -127, 127)
+    return q.to(torch.int8).reshape(n, k), scales.contiguous()
+
+
+def dequantize_q8(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    n, k = q.shape
+    groups = q.float().reshape(n, k // NATIVE_GROUP, NATIVE_GROUP)
+    return (groups * scales.float()[..., None]).reshape(n, k)
+
+
 def dequantize_int4(q: torch.Tensor, scales: torch.Tensor, low: torch.Tensor,
                     group_size: int) -> torch.Tensor:
     n, k = q.shape
@@ -178,6 +199,8 @@ def handler_for(mode: QuantMode, group_size: int) -> QuantHandler:
         QuantMode.INT8: Int8Handler(),
         QuantMode.INT4: Int4Handler(group_size),
     }
+    if mode not in table:   # q8: the CPU's native kernel only (llm/backends/cpu)
+        raise InvalidInputError(f"{mode.value} weights are not offered here; use int8 or int4")
     return table[mode]
 
 

@@ -30,13 +30,16 @@ from turboinfer.llm.backends.cpu.native.layout import (
     f32_tiles,
     int4_tiles,
     int8_tiles,
+    q8_tiles,
 )
 from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.quant import (
     NATIVE_GROUP,
+    dequantize_q8,
     quantize_int4,
     quantize_int4_native,
     quantize_int8,
+    quantize_q8,
 )
 
 
@@ -313,6 +316,42 @@ class NativeInt4Kernel(NativeKernel):
         return (self.tiles.data_ptr(), _ptr(self.bias), self.out_features)
 
 
+class NativeQ8Kernel(NativeKernel):
+    """int8 weights in groups of 32 with an fp16 scale each (llama.cpp's Q8_0 blocks),
+    activations quantized to int8 per group of 32 and call (``kernels.c``)."""
+
+    name = "q8_native"
+    prefetch_kind = "q8"
+
+    def __init__(self, lib: NativeLibrary, weight: torch.Tensor,
+                 bias: torch.Tensor | None,
+                 groups: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """``groups``: the weight already quantized (``quantize_q8``'s int8 values and
+        fp16 scales; a GGUF file's Q8_0 blocks), taken as they are."""
+        self.tiles = q8_tiles(*(groups if groups is not None else quantize_q8(weight)))
+        self.bias = None if bias is None else bias.float().contiguous()
+        n, k = weight.shape
+        super().__init__(lib.q8_linear, n, k, _nbytes(self.tiles, self.bias))
+
+    def _fixed_args(self) -> tuple[object, ...]:
+        return (self.tiles.data_ptr(), _ptr(self.bias), self.out_features)
+
+
+class Q8DequantizedKernel(Kernel):
+    """The q8 format's weights (``quantize_q8``) dequantized to fp32 for ``F.linear``:
+    where the native library is absent, the same weights at fp32's speed."""
+
+    name = "q8_dequantized_fp32"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight = dequantize_q8(*quantize_q8(weight))
+        self.bias = bias
+        super().__init__(_nbytes(self.weight, bias))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
 class NativeF32Kernel(NativeKernel):
     """fp32 dot products with FMA, several output rows per pass (``kernels.c``)."""
 
@@ -366,6 +405,9 @@ def _torch_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
         return [Candidate(f"int8_weight_only_{_short(d)}",
                           lambda w, b, r, d=d: Int8WeightOnlyKernel(w, b, d))  # type: ignore[misc]
                 for d in (torch.bfloat16, torch.float32)]
+    if mode is QuantMode.Q8:
+        return [Candidate(Q8DequantizedKernel.name,
+                          lambda w, b, r: Q8DequantizedKernel(w, b))]
     if mode is QuantMode.INT4:
         return [Candidate(f"int4_weight_only_{_short(d)}",
                           lambda w, b, r, d=d: Int4WeightOnlyKernel(w, b, group_size, d))  # type: ignore[misc]
@@ -382,10 +424,11 @@ def _torch_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
 _NATIVE: dict[QuantMode, tuple[str, Callable[..., Kernel]]] = {
     QuantMode.INT8: (NativeInt8Kernel.name, NativeInt8Kernel),
     QuantMode.INT4: (NativeInt4Kernel.name, NativeInt4Kernel),
+    QuantMode.Q8: (NativeQ8Kernel.name, NativeQ8Kernel),
     QuantMode.NONE: (NativeF32Kernel.name, NativeF32Kernel),
 }
 NATIVE_KERNELS = (NativeInt8Kernel.name, NativeAmxInt8Kernel.name, NativeInt4Kernel.name,
-                  NativeF32Kernel.name)
+                  NativeQ8Kernel.name, NativeF32Kernel.name)
 
 
 def _native_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
@@ -414,7 +457,10 @@ def absent_candidates(mode: QuantMode, *, group_size: int = 32) -> dict[str, str
 
 
 def supports(mode: QuantMode, out_features: int, in_features: int, group_size: int) -> bool:
-    """int4's packed kernel wants whole groups and a multiple of 8 output channels."""
+    """int4's packed kernel wants whole groups and a multiple of 8 output channels, q8
+    whole groups of 32."""
+    if mode is QuantMode.Q8:
+        return in_features % NATIVE_GROUP == 0
     if mode is QuantMode.INT4:
         return in_features % group_size == 0 and out_features % 8 == 0
     return True

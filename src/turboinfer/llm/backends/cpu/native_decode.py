@@ -26,6 +26,7 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     NativeF32Kernel,
     NativeInt4Kernel,
     NativeInt8Kernel,
+    NativeQ8Kernel,
     OneDnnKernel,
     TransposedKernel,
 )
@@ -72,6 +73,9 @@ def _native_linear(kernel: object) -> _Linear | None:
                        kernel.tiles.data_ptr(), kernel.scales.data_ptr(), _ptr(kernel.bias))
     if type(kernel) is NativeInt4Kernel:
         return _Linear(2, kernel.out_features, kernel.in_features, kernel.in_features,
+                       kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
+    if type(kernel) is NativeQ8Kernel:
+        return _Linear(4, kernel.out_features, kernel.in_features, kernel.in_features,
                        kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
     if type(kernel) is NativeF32Kernel:
         n, k = kernel.out_features, kernel.in_features

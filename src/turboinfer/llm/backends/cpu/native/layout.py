@@ -58,3 +58,15 @@ def int4_tiles(packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -
         return t.permute(0, 2, 1).contiguous().view(torch.uint8)
 
     return torch.cat([nibbles, per_group(scales), per_group(mins)], dim=-1).reshape(-1)
+
+
+def q8_tiles(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """136-byte records per tile and group of 32 (``kernels.c``'s q8 kernel): the 4 rows'
+    32 int8 weights, then their 4 fp16 scales."""
+    n, groups = scales.shape
+    n4 = -(-n // TILE_ROWS) * TILE_ROWS
+    weights = _interleave(q, 32).view(torch.uint8).reshape(n4 // TILE_ROWS, groups, 128)
+    padded = F.pad(scales, (0, 0, 0, n4 - n)).reshape(n4 // TILE_ROWS, TILE_ROWS, groups)
+    per_group = padded.permute(0, 2, 1).contiguous().view(torch.uint8)   # [N4/4, G, 8]
+    return torch.cat([weights, per_group], dim=-1).reshape(-1)
+

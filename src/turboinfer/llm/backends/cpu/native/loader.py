@@ -34,7 +34,7 @@ DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 AMX_ENV = "TURBOINFER_AMX"                  # "0": leave the AMX kernel out (A/B timing)
 COMPILE_TIMEOUT_S = 120
 # The kernel families with their own prefetch distance, in native.h's TI_PREFETCH_* order.
-PREFETCH_KINDS = ("int8", "int4", "amx")
+PREFETCH_KINDS = ("int8", "int4", "amx", "q8")
 
 _i64, _ptr, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 
@@ -60,6 +60,8 @@ class NativeLibrary:
         # (x, rows, k, tiles, bias, n, y)
         self.int4_linear = self._fn("ti_par_int4_linear",
                                     [_ptr, _i64, _i64, _ptr, _ptr, _i64, _ptr])
+        self.q8_linear = self._fn("ti_par_q8_linear",
+                                  [_ptr, _i64, _i64, _ptr, _ptr, _i64, _ptr])
         # (x, rows, k, tiles, bias, n, kp, y)
         self.f32_linear = self._fn("ti_par_f32_linear",
                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])

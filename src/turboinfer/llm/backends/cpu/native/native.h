@@ -11,12 +11,14 @@ int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
                    const float *bias, int64_t n, float *y);
 int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                   const float *bias, int64_t n, int64_t kp, float *y);
+int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                 const float *bias, int64_t n, float *y);
 
 /* kernels.c: the int8 kernel's activation quantization (per block of 32, an integer
  * multiplier 1..levels of one scale per row), shared with amx.c. */
 int ti_i8_levels(int64_t kp);
 /* How many bytes ahead each kernel family prefetches its weight stream (kernels.c). */
-enum { TI_PREFETCH_INT8, TI_PREFETCH_INT4, TI_PREFETCH_AMX, TI_PREFETCH_KINDS };
+enum { TI_PREFETCH_INT8, TI_PREFETCH_INT4, TI_PREFETCH_AMX, TI_PREFETCH_Q8, TI_PREFETCH_KINDS };
 int64_t ti_prefetch_bytes(int kind);
 int64_t ti_set_prefetch_for(int kind, int64_t bytes);
 void ti_quantize_i8_blocks(const float *x, int64_t rows, int64_t k, int64_t kp, int levels,
@@ -44,6 +46,8 @@ int ti_par_amx_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t
                            float *y);
 int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                       const float *bias, int64_t n, int64_t kp, float *y);
+int ti_par_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                     const float *bias, int64_t n, float *y);
 /* threads.c: fn(ctx, part, parts) for every part on the pool's threads, the caller's
  * included; -1 (nothing run) with one thread or while another caller's job holds it. */
 int ti_run_parts(void (*fn)(void *ctx, int part, int parts), void *ctx, int parts);

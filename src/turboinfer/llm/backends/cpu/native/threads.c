@@ -180,7 +180,7 @@ static int parts_for(int64_t units) {
 
 /* ---- linear layers --------------------------------------------------------------- */
 
-enum { KIND_F32 = 0, KIND_INT8 = 1, KIND_INT4 = 2, KIND_AMX_INT8 = 3 };
+enum { KIND_F32 = 0, KIND_INT8 = 1, KIND_INT4 = 2, KIND_AMX_INT8 = 3, KIND_Q8 = 4 };
 
 /* Output rows a part's share is a multiple of: a weight tile's (amx.c's blocks hold 16). */
 static int64_t unit_rows(int kind) { return kind == KIND_AMX_INT8 ? 16 : 4; }
@@ -195,13 +195,14 @@ typedef struct {
     atomic_int failed;
 } linear_job;
 
-/* Bytes (int8/int4) or floats (fp32) of weights before output feature t (a multiple
+/* Bytes (int8/int4/q8) or floats (fp32) of weights before output feature t (a multiple
  * of unit_rows). */
 static const void *weights_at(const linear_job *j, int64_t t) {
     switch (j->kind) {
     case KIND_INT8: return (const int8_t *)j->w + t * j->kp;
     case KIND_AMX_INT8: return (const int8_t *)j->w + (t / 16) * (16 * j->kp + 64);
     case KIND_INT4: return (const uint8_t *)j->w + (t / 4) * (j->k / 32) * 80;
+    case KIND_Q8: return (const int8_t *)j->w + (t / 4) * (j->k / 32) * 136;
     default: return (const float *)j->w + t * j->kp;
     }
 }
@@ -212,6 +213,7 @@ static int call_kernel(const linear_job *j, const void *w, const float *scales,
     case KIND_INT8: return ti_int8_linear(j->x, j->rows, j->k, (const int8_t *)w, scales, bias,
                                           n, j->kp, y);
     case KIND_INT4: return ti_int4_linear(j->x, j->rows, j->k, (const uint8_t *)w, bias, n, y);
+    case KIND_Q8: return ti_q8_linear(j->x, j->rows, j->k, (const int8_t *)w, bias, n, y);
     case KIND_AMX_INT8: return ti_amx_int8_linear(j->x, j->rows, j->k, (const int8_t *)w,
                                                   scales, bias, n, j->kp, y);
     default: return ti_f32_linear(j->x, j->rows, j->k, (const float *)w, bias, n, j->kp, y);
@@ -279,6 +281,13 @@ int ti_par_amx_int8_linear(const float *x, int64_t rows, int64_t k, const int8_t
 int ti_par_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
                        const float *bias, int64_t n, float *y) {
     linear_job j = {.kind = KIND_INT4, .x = x, .rows = rows, .k = k, .n = n, .w = w,
+                    .bias = bias, .y = y};
+    return run_linear_job(&j);
+}
+
+int ti_par_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
+                     const float *bias, int64_t n, float *y) {
+    linear_job j = {.kind = KIND_Q8, .x = x, .rows = rows, .k = k, .n = n, .w = w,
                     .bias = bias, .y = y};
     return run_linear_job(&j);
 }
