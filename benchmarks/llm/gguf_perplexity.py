@@ -12,9 +12,10 @@ collections, textwrap, pathlib, functools), tokenized once by the file's own tok
 over non-overlapping windows of ``--window`` tokens, each window scored from its start,
 for both engines. llama.cpp runs in its own venv on the given file as llama.cpp quantized
 it (e.g. Q4_1), with ``logits_all``; turboinfer's fp32 is that file dequantized, and its
-int8 / int4 (group 32) quantize the dequantized weights again, except that int4 takes a
-Q4_0/Q4_1 file's blocks as they are. turboinfer also reads llama.cpp's Q8_0 and Q4_0
-re-quantizations of the file (int8 and int4 on the same weights as llama.cpp there).
+int8 / int4 (group 32) / q8 quantize the dequantized weights again, except that int4 takes
+a Q4_0/Q4_1 file's blocks as they are (q8 finds a Q8_0 file's blocks again exactly).
+turboinfer also reads llama.cpp's Q8_0 and Q4_0 re-quantizations of the file (int8, q8
+and int4 on the same weights as llama.cpp there).
 Writes ``--output`` (default ``gguf_perplexity.json``) beside this script.
 """
 
@@ -111,10 +112,10 @@ def llama_cpp(args: argparse.Namespace, ids: list[int], tmp: Path
 
 
 def same_files(files: dict[str, Path], ids: list[int], window: int) -> dict[str, float]:
-    """turboinfer on llama.cpp's own Q8_0 and Q4_0 files: int8 from the Q8_0 weights, int4
-    on the Q4_0 blocks as they are (``model/gguf.py``)."""
+    """turboinfer on llama.cpp's own Q8_0 and Q4_0 files: int8 from the Q8_0 weights, q8
+    and int4 on the Q8_0 / Q4_0 blocks as they are (``model/gguf.py``)."""
     out = {}
-    for ftype, quant in (("Q8_0", "int8"), ("Q4_0", "int4")):
+    for ftype, quant in (("Q8_0", "int8"), ("Q8_0", "q8"), ("Q4_0", "int4")):
         llm = LLM(files[ftype], quant=quant, config=EngineConfig(quant_group_size=32))
         out[f"{ftype} {quant}"] = perplexity(llm.model, ids, window=window)
         print("turboinfer on", ftype, quant, out[f"{ftype} {quant}"], flush=True)
@@ -167,7 +168,7 @@ def main() -> None:
                                  "window": args.window}
     ids: list[int] = []
     ppl: dict[str, float] = {}
-    for quant in ("none", "int8", "int4"):
+    for quant in ("none", "int8", "int4", "q8"):
         llm = LLM(args.gguf, quant=quant, config=EngineConfig(quant_group_size=32))
         if not ids:
             ids = llm.tokenizer.encode(text())[:args.tokens]

@@ -18,9 +18,9 @@ from turboinfer.cli import main
 from turboinfer.errors import ModelLoadError
 from turboinfer.llm import LLM, SamplingParams
 from turboinfer.llm.api import demo_model_dir, model_folder
-from turboinfer.llm.backends.cpu.kernel_candidates import NativeInt4Kernel
+from turboinfer.llm.backends.cpu.kernel_candidates import NativeInt4Kernel, NativeQ8Kernel
 from turboinfer.llm.backends.cpu.native import native_status
-from turboinfer.llm.backends.cpu.native.layout import int4_tiles
+from turboinfer.llm.backends.cpu.native.layout import int4_tiles, q8_tiles
 from turboinfer.llm.model.gguf import (
     convert_gguf,
     permute_rotary,
@@ -169,6 +169,26 @@ def test_q4_blocks_reach_the_int4_kernel_as_they_are(tmp_path: Path, qtype: str)
     # Q4_1's blocks span 0..15, so quantizing their float values again finds the same
     # groups; Q4_0's symmetric grid does not.
     assert requantized_differs == (qtype == "Q4_0")
+    out = llm.generate(PROMPTS, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+    assert all(len(o.token_ids) == 8 for o in out)
+
+
+def test_q8_0_blocks_reach_the_q8_kernel_as_they_are(tmp_path: Path) -> None:
+    # Q8_0's scale is its block's amax / 127 and the largest weight lands on +-127, so
+    # quantizing the dequantized block again finds the same scale and values.
+    if native_status().library is None:
+        pytest.skip(f"native kernels absent: {native_status().reason}")
+    path = write_gguf(demo_model_dir(), tmp_path / "demo-q8.gguf", qtype="Q8_0")
+    tensor = next(t for t in gguf.GGUFReader(str(path)).tensors
+                  if t.name == "blk.1.ffn_down.weight")
+    raw = np.asarray(tensor.data, dtype=np.uint8)
+    blocks = raw.reshape(raw.shape[0], -1, 34)
+    scales = torch.from_numpy(blocks[..., :2].copy().view(np.float16)[..., 0])
+    values = torch.from_numpy(blocks[..., 2:].copy().view(np.int8).reshape(raw.shape[0], -1))
+    llm = LLM(path, quant="q8")
+    kernel = llm.model.layers[1].mlp.down_proj.kernel_for(1)
+    assert isinstance(kernel, NativeQ8Kernel)
+    assert torch.equal(kernel.tiles, q8_tiles(values, scales))
     out = llm.generate(PROMPTS, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
     assert all(len(o.token_ids) == 8 for o in out)
 
