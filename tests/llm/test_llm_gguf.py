@@ -193,6 +193,15 @@ def test_q8_0_blocks_reach_the_q8_kernel_as_they_are(tmp_path: Path) -> None:
     assert all(len(o.token_ids) == 8 for o in out)
 
 
+def test_a_corrupt_int4_file_is_a_load_error(tmp_path: Path) -> None:
+    path = write_gguf(demo_model_dir(), tmp_path / "demo-q4.gguf", qtype="Q4_1")
+    folder = convert_gguf(path, tmp_path / "q4")
+    assert load_model(folder).layers[0].mlp.down_proj.int4_groups is not None
+    (folder / "int4.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(ModelLoadError, match="cannot read the int4 weights"):
+        load_model(folder)
+
+
 def _fused_weight(weights: dict[str, np.ndarray], name: str) -> torch.Tensor:
     parts = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj",
                                     "self_attn.v_proj"),
