@@ -10,6 +10,7 @@ import torch
 from llm_helpers import save_random_hf_model
 
 from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.cpu import kernel_candidates
 from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder, supports_batch_decode
 from turboinfer.llm.backends.cpu.kernels import select_kernels
 from turboinfer.llm.backends.cpu.native import DISABLE_ENV, native_status
@@ -113,6 +114,42 @@ def test_one_step_by_hand(native: None, tiny_model: LlamaModel) -> None:
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(cache.k, after[0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(cache.v, after[1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", [QuantMode.NONE, QuantMode.INT8, QuantMode.INT4,
+                                  QuantMode.Q8])
+def test_native_kernels_throughout_make_the_step_one_call(
+        native: None, tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        mode: QuantMode) -> None:
+    """Every layer on a native kernel: the whole step is one call into C, with the logits
+    and cache writes of the loop from Python bit for bit (the same operations, kernels and
+    order)."""
+    monkeypatch.setattr(kernel_candidates, "_torch_candidates", lambda mode, group: [])
+    model = load_model(tiny_llama_dir)
+    select_kernels(model, mode, measure=False)
+    cache = model.allocate_kv_cache(16, 4)
+    runner = ModelRunner(model, cache)
+    runner.batch_decode = False
+    tables = [[3, 7, 1], [12], [5, 9]]
+    runner.run([StepItem(PROMPTS[4][:9], 0, tables[0], 1), StepItem([1, 2], 0, tables[1], 1),
+                StepItem(PROMPTS[2][:6], 0, tables[2], 1)])
+    before = (cache.k.clone(), cache.v.clone())
+    library = native_status().library
+    assert library is not None
+    decoder = BatchDecoder(model, cache, library)
+    assert decoder._native_layers(3) is not None
+    results = []
+    for one_call in (True, False):
+        cache.k.copy_(before[0])
+        cache.v.copy_(before[1])
+        decoder.native_steps = one_call
+        logits = decoder.step([5, 6, 7], [9, 2, 6], tables)
+        results.append((logits, cache.k.clone(), cache.v.clone()))
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+    # A layer without a native kernel for the step's rows: the loop from Python.
+    model.layers[0].mlp.down_proj.small = lambda x: x  # type: ignore[assignment]
+    assert BatchDecoder(model, cache, library)._native_layers(3) is None
 
 
 def test_engine_requests_joining_and_finishing(native: None, tiny_model: LlamaModel) -> None:

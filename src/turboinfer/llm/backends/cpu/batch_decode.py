@@ -11,6 +11,10 @@ each for the norm, the rotation with the cache write, attention that walks each
 sequence's block table in place (no gather, no mask) and the activation. The step's
 positions, slots, block tables and lengths are one small int64 tensor.
 
+Where every layer's kernel for the step's row count is native, the whole step (every
+layer and the final norm) is one call into C (``ti_batch_decode_step``): the same
+operations, kernels and order, without about ten calls from Python per layer.
+
 The logits are the general path's up to float rounding (the C attention and norms sum in
 another order than torch's), not bit for bit: ``ModelRunner`` keeps the general path
 for every step this one does not cover (prompts, mixed steps, speculative verification)
@@ -19,12 +23,14 @@ and where the library is absent.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence as Seq
 
 import torch
 
 from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.cpu.native import NativeLibrary
+from turboinfer.llm.backends.cpu.native_decode import NativeLayer, native_linear
 from turboinfer.llm.backends.torch.lean_decode import LayerPlan, Linear, rows_kernel, supports_lean
 from turboinfer.llm.model.attention import KVCache
 from turboinfer.llm.model.llama import DecoderLayer, LlamaModel
@@ -81,6 +87,29 @@ class BatchDecoder:
                           for i, p in enumerate(self.layers)]
         self._kernels: dict[int, tuple[list[tuple[Linear, Linear, Linear, Linear]], Linear]] = {}
         self._buffers: dict[int, _Buffers] = {}
+        # decode.c takes one epsilon and one attention scale for every layer.
+        self._uniform = (len({a[2] for a in self.addresses} | {self.final_norm[1]}) == 1
+                         and len({a[3] for a in self.addresses}) == 1)
+        self._native: dict[int, ctypes.Array[NativeLayer] | None] = {}
+        self.native_steps = True        # False: the loop from Python (A/B timing, tests)
+
+    def _native_layers(self, rows: int) -> ctypes.Array[NativeLayer] | None:
+        """decode.c's layer structures for a step of ``rows`` rows, where every layer's
+        kernel for that row count is native; else None (the loop from Python)."""
+        if rows not in self._native:
+            found: ctypes.Array[NativeLayer] | None = None
+            if self._uniform:
+                layers = []
+                for (norm1, norm2, _, _, k_p, v_p), kernels in zip(
+                        self.addresses, self._kernels_for(rows)[0], strict=True):
+                    linears = [native_linear(k) for k in kernels]
+                    if any(lin is None for lin in linears):
+                        break
+                    layers.append(NativeLayer(norm1, norm2, *linears, k_p, v_p))
+                else:
+                    found = (NativeLayer * len(layers))(*layers)
+            self._native[rows] = found
+        return self._native[rows]
 
     def _kernels_for(self, rows: int) -> tuple[list[tuple[Linear, Linear, Linear, Linear]],
                                                Linear]:
@@ -129,6 +158,16 @@ class BatchDecoder:
         pos_p, slot_p, len_p, table_p = base, base + 8 * rows, base + 16 * rows, base + 24 * rows
         x = self.embed.index_select(0, index.new_tensor(tokens))            # [B, hidden]
         kernels, lm_head = self._kernels_for(rows)
+        native = self._native_layers(rows) if self.native_steps else None
+        if native is not None:
+            _, _, eps, scale, _, _ = self.addresses[0]
+            if self.lib.batch_decode_step(
+                    ctypes.addressof(native), len(native), self.hidden, self.heads,
+                    self.kv_heads, self.head_dim, self.inner, eps, scale, self.final_norm[0],
+                    self.cos, self.sin, pos_p, slot_p, len_p, table_p, width, bs, rows,
+                    x.data_ptr()):
+                raise MemoryError("native batch decode step: no memory for its buffers")
+            return lm_head(x).float()
         buf = self._buffers_for(rows)
         lib, hidden, heads, kvh, dim = self.lib, self.hidden, self.heads, self.kv_heads, \
             self.head_dim

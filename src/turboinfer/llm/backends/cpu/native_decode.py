@@ -40,7 +40,7 @@ from turboinfer.llm.model.llama import Attention, DecoderLayer, LlamaModel
 OWN_KERNEL_MEMORY_SHARE = 0.25
 
 
-class _Linear(ctypes.Structure):
+class NativeLinear(ctypes.Structure):
     """decode.c's ``ti_linear``."""
 
     _fields_ = [("kind", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
@@ -48,11 +48,11 @@ class _Linear(ctypes.Structure):
                 ("bias", ctypes.c_void_p)]
 
 
-class _Layer(ctypes.Structure):
+class NativeLayer(ctypes.Structure):
     """decode.c's ``ti_layer``."""
 
-    _fields_ = [("norm1", ctypes.c_void_p), ("norm2", ctypes.c_void_p), ("qkv", _Linear),
-                ("o", _Linear), ("gate_up", _Linear), ("down", _Linear),
+    _fields_ = [("norm1", ctypes.c_void_p), ("norm2", ctypes.c_void_p), ("qkv", NativeLinear),
+                ("o", NativeLinear), ("gate_up", NativeLinear), ("down", NativeLinear),
                 ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p)]
 
 
@@ -60,44 +60,44 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def _native_linear(kernel: object) -> _Linear | None:
+def native_linear(kernel: object) -> NativeLinear | None:
     """``kernel`` as decode.c's ``ti_linear``; None when it is not a native kernel. The
     padded width comes from the tiles: 4-row tiles of the padded input width."""
     if type(kernel) is NativeInt8Kernel:
         n, k = kernel.out_features, kernel.in_features
         kp = kernel.tiles.numel() // (-(-n // 4) * 4)
-        return _Linear(1, n, k, kp, kernel.tiles.data_ptr(), kernel.scales.data_ptr(),
+        return NativeLinear(1, n, k, kp, kernel.tiles.data_ptr(), kernel.scales.data_ptr(),
                        _ptr(kernel.bias))
     if type(kernel) is NativeAmxInt8Kernel:
-        return _Linear(3, kernel.out_features, kernel.in_features, kernel.padded,
+        return NativeLinear(3, kernel.out_features, kernel.in_features, kernel.padded,
                        kernel.tiles.data_ptr(), kernel.scales.data_ptr(), _ptr(kernel.bias))
     if type(kernel) is NativeInt4Kernel:
-        return _Linear(2, kernel.out_features, kernel.in_features, kernel.in_features,
+        return NativeLinear(2, kernel.out_features, kernel.in_features, kernel.in_features,
                        kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
     if type(kernel) is NativeQ8Kernel:
-        return _Linear(4, kernel.out_features, kernel.in_features, kernel.in_features,
+        return NativeLinear(4, kernel.out_features, kernel.in_features, kernel.in_features,
                        kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
     if type(kernel) is NativeF32Kernel:
         n, k = kernel.out_features, kernel.in_features
         kp = kernel.tiles.numel() // (-(-n // 4) * 4)
-        return _Linear(0, n, k, kp, kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
+        return NativeLinear(0, n, k, kp, kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
     return None
 
 
-def _native_tier(which: tuple[Linear, nn.Module]) -> _Linear | None:
+def _native_tier(which: tuple[Linear, nn.Module]) -> NativeLinear | None:
     """The layer's one-row kernel if native, else its native kernel for more rows (the
     native layouts serve any row count): fp32's 4096x768 product measured 0.62 ms on
     MKL against 0.72 native at one row, a loss of about 1.2 ms a token over 12 layers
     against the 3-4 ms of per-operation work the one-call step saves
     (benchmarks/llm/lean_decode.py)."""
     kernel = _native_kernel(which)
-    return None if kernel is None else _native_linear(kernel)
+    return None if kernel is None else native_linear(kernel)
 
 
 def _native_kernel(which: tuple[Linear, nn.Module]) -> Linear | None:
     one, module = which
     tiers = [one, getattr(module, "large", None), getattr(module, "prefill", None)]
-    return next((k for k in tiers if _native_linear(k) is not None), None)
+    return next((k for k in tiers if native_linear(k) is not None), None)
 
 
 def _float_weight(which: tuple[Linear, nn.Module]) -> tuple[torch.Tensor,
@@ -126,11 +126,11 @@ class NativeDecoder:
     """
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, lib: NativeLibrary,
-                 layers: list[_Layer], own: list[NativeF32Kernel]) -> None:
+                 layers: list[NativeLayer], own: list[NativeF32Kernel]) -> None:
         self.model, self.kv_cache, self.lib = model, kv_cache, lib
         self.own_kernels = own          # kernels the structures point into
         self.block_size = kv_cache.block_size
-        self.layers = (_Layer * len(layers))(*layers)
+        self.layers = (NativeLayer * len(layers))(*layers)
         config = model.config
         first: Attention = model.layers[0].self_attn  # type: ignore[assignment]
         self.dims = (len(layers), config.hidden_size, first.num_heads, first.num_kv_heads,
@@ -143,7 +143,7 @@ class NativeDecoder:
         head = _native_kernel((self.lm_head, model.lm_head))
         # For greedy steps without Python between them (a draft's proposal): the LM head's
         # native kernel, when it has one.
-        self.native_head = (_native_linear(head) if head is not None
+        self.native_head = (native_linear(head) if head is not None
                             and self.embed.is_contiguous() else None)
         # A verification's few rows: the native kernel serves any row count, where the
         # LM head's pick for few rows is its one-row winner (2048x256 at 4 rows on the
@@ -174,11 +174,11 @@ class NativeDecoder:
                     own.append(NativeF32Kernel(lib, *found))
                     own[-1].move_to_huge_pages()
                     budget -= found[0].numel() * 4
-                    lin = _native_linear(own[-1])
+                    lin = native_linear(own[-1])
                 if lin is None:
                     return None
                 linears.append(lin)
-            layers.append(_Layer(plan.norm1.data_ptr(), plan.norm2.data_ptr(), *linears,
+            layers.append(NativeLayer(plan.norm1.data_ptr(), plan.norm2.data_ptr(), *linears,
                                  kv_cache.k[i].data_ptr(), kv_cache.v[i].data_ptr()))
         if len(eps) != 1:
             return None         # decode.c takes one epsilon for every norm

@@ -545,6 +545,50 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
     return rc;
 }
 
+/* One new token for each of `rows` sequences in one call (batch_decode.py's step): row b
+ * at positions[b] of its sequence, its keys and values written to slots[b], attending to
+ * the lens[b] positions its block table tables[b * max_blocks ..] covers. The same
+ * operations, kernels and order as batch_decode.py's loop over them, without the ~10
+ * calls from Python per layer. x ([rows, hidden]): the embeddings in, the final norm's
+ * output out. */
+int ti_batch_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden,
+                         int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inner,
+                         float eps, float scale, const float *final_norm, const float *cos,
+                         const float *sin_signed, const int64_t *positions,
+                         const int64_t *slots, const int64_t *lens, const int64_t *tables,
+                         int64_t max_blocks, int64_t block_size, int64_t rows, float *x) {
+    if (heads % kv_heads) return -2;
+    const int64_t width = (heads + 2 * kv_heads) * head_dim, q_size = heads * head_dim;
+    /* h | qkv | attn | delta | gate_up | act, all per row */
+    float *buf = (float *)malloc((size_t)(rows * (2 * hidden + width + q_size + 3 * inner))
+                                 * sizeof(float));
+    if (!buf) return -1;
+    float *h = buf, *qkv = h + rows * hidden, *attn = qkv + rows * width;
+    float *delta = attn + rows * q_size, *gate_up = delta + rows * hidden;
+    float *act = gate_up + rows * 2 * inner;
+    int rc = 0;
+    for (int64_t i = 0; i < num_layers && rc == 0; i++) {
+        const ti_layer *l = layers + i;
+        ti_rms_norm(x, rows, hidden, l->norm1, eps, h);
+        if ((rc = run_linear(&l->qkv, h, rows, qkv))) break;
+        if ((rc = ti_rope_kv(qkv, rows, heads, kv_heads, head_dim, cos, sin_signed, positions,
+                             l->k_cache, l->v_cache, slots))) break;
+        if ((rc = ti_par_paged_decode_attention(qkv, rows, width, heads, kv_heads, head_dim,
+                                                l->k_cache, l->v_cache, tables, max_blocks,
+                                                block_size, lens, scale, attn))) break;
+        if ((rc = run_linear(&l->o, attn, rows, delta))) break;
+        add_into(x, delta, rows * hidden);
+        ti_rms_norm(x, rows, hidden, l->norm2, eps, h);
+        if ((rc = run_linear(&l->gate_up, h, rows, gate_up))) break;
+        ti_silu_mul(gate_up, rows, inner, act);
+        if ((rc = run_linear(&l->down, act, rows, delta))) break;
+        add_into(x, delta, rows * hidden);
+    }
+    if (rc == 0) ti_rms_norm(x, rows, hidden, final_norm, eps, x);
+    free(buf);
+    return rc;
+}
+
 /* Index of the largest of n floats (the first of equal ones, as torch's argmax). */
 static int64_t argmax(const float *v, int64_t n) {
     int64_t best = 0;

@@ -95,6 +95,14 @@ class NativeLibrary:
             [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _i64,
              _ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr])
 
+        # (layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps, scale,
+        #  final_norm, cos, sin_signed, positions, slots, lens, tables, max_blocks,
+        #  block_size, rows, x)
+        self.batch_decode_step = self._fn(
+            "ti_batch_decode_step",
+            [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _ptr,
+             _ptr, _ptr, _i64, _i64, _i64, _ptr])
+
         # (logits, stride, vocab, rows, n, masks, words)
         self.apply_token_mask = self._fn(
             "ti_apply_token_mask", [_ptr, _i64, _i64, _ptr, _i64, _ptr, _i64], None)

@@ -48,6 +48,12 @@ int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                       const float *bias, int64_t n, int64_t kp, float *y);
 int ti_par_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                      const float *bias, int64_t n, float *y);
+int ti_par_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride,
+                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                  const float *k_cache, const float *v_cache,
+                                  const int64_t *tables, int64_t max_blocks,
+                                  int64_t block_size, const int64_t *lens, float scale,
+                                  float *out);
 /* threads.c: fn(ctx, part, parts) for every part on the pool's threads, the caller's
  * included; -1 (nothing run) with one thread or while another caller's job holds it. */
 int ti_run_parts(void (*fn)(void *ctx, int part, int parts), void *ctx, int parts);
