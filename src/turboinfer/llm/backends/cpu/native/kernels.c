@@ -1051,6 +1051,7 @@ Q8_TILE(2)
 
 Q8Z_TILE(1)
 Q8Z_TILE(2)
+Q8Z_TILE(4)
 #endif
 
 /* k must be a multiple of 32; w holds ceil(n / 4) tiles of k / 32 records. */
@@ -1062,7 +1063,7 @@ int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
     float *xsum = dx + rows * groups;
     int8_t *xq = (int8_t *)(xsum + rows * groups);
     quantize_groups(x, rows, k, xq, dx, xsum);
-    float acc[8];
+    float acc[16];
 #define Q8_PASSES(TILE, RB)                                                                \
     for (; r + RB <= rows; r += RB) {                                                      \
         TILE(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);                  \
@@ -1074,6 +1075,7 @@ int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
         int nb = n - t < 4 ? (int)(n - t) : 4;
         int64_t r = 0;
 #if TI_I4_ZMM
+        Q8_PASSES(q8z_tile_4, 4)
         Q8_PASSES(q8z_tile_2, 2)
         Q8_PASSES(q8z_tile_1, 1)
 #endif
