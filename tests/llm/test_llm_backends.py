@@ -70,6 +70,14 @@ def test_native_kernels_throughout_take_the_native_step(tiny_llama_dir: Path,
     assert isinstance(_choose(runner, VERIFY), NativeDecoder)
     assert _choose(runner, PROMPT) is None
     assert runner.decode_path() == "native"
+    # The general path's kernels run solo (torch's operators want the cores), the native
+    # step's on the workers.
+    library = native_status().library
+    assert library is not None
+    runner.run(PROMPT)
+    assert library.solo
+    runner.run([StepItem([5], select.NATIVE_ROWS + 1, [0, 1, 2, 3, 4], 1)])
+    assert not library.solo
 
 
 def test_the_prefetch_distance_is_measured_on_the_models_one_row_kernels(

@@ -57,6 +57,11 @@ def test_a_linear_layer_on_any_thread_count_equals_one_thread(
     one = _at(library, 1, lambda: layer(x))
     for threads in (2, 3):
         assert torch.equal(_at(library, threads, lambda: layer(x)), one), threads
+    library.set_solo(True)          # the caller alone, the workers asleep: the same
+    try:
+        assert torch.equal(layer(x), one)
+    finally:
+        library.set_solo(False)
 
 
 def test_paged_attention_on_any_thread_count_equals_one_thread(library: NativeLibrary) -> None:

@@ -16,6 +16,7 @@ import torch
 from turboinfer.llm.backends import select
 from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.cpu.batch_decode import BatchDecoder
+from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
 from turboinfer.llm.backends.cuda.graphs import GraphDecoder
 from turboinfer.llm.backends.torch.lean_decode import LeanDecoder
@@ -66,6 +67,10 @@ class ModelRunner:
         # general path's.
         self.batch_decode = cpu_fast
         self._batch: BatchDecoder | None = None
+        # On the CPU the native kernels of a general step run solo (on the calling thread,
+        # their workers asleep): torch's operators between them want both cores.
+        self._library = (native_status().library if kv_cache.k.device.type == "cpu"
+                         else None)
 
     @torch.inference_mode()
     def run(self, items: Seq[StepItem]) -> torch.Tensor:
@@ -74,6 +79,8 @@ class ModelRunner:
                                       self._device if self._on_gpu else None)
                    or self.general)
         self.num_forwards += 1
+        if self._library is not None:
+            self._library.set_solo(backend is self.general)
         return backend.run(items)
 
     def _device(self) -> GraphDecoder | None:

@@ -158,8 +158,20 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
                   min(MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / kernel.read_bytes)))
         kernels[cand.name] = [kernel] + [cand.build(weight, bias, rows)
                                          for _ in range(copies - 1)]
-    timings = (time_kernels(kernels, x, PREFILL_ROUNDS, {n: first[n] for n in kernels})
-               if prefill else time_kernels(kernels, x))
+    if prefill:
+        # Prompt chunks run on the general path, where native kernels run solo
+        # (runner.py): timed so.
+        library = native_status().library
+        solo = library is not None and library.solo
+        if library is not None:
+            library.set_solo(True)
+        try:
+            timings = time_kernels(kernels, x, PREFILL_ROUNDS, {n: first[n] for n in kernels})
+        finally:
+            if library is not None:
+                library.set_solo(solo)
+    else:
+        timings = time_kernels(kernels, x)
     timings.update({n: 1e3 * first[n] for n in dropped})
     chosen = min(kernels, key=timings.__getitem__)
     native = min((n for n in kernels if n in NATIVE_KERNELS), key=timings.__getitem__,

@@ -66,6 +66,8 @@ class NativeLibrary:
         self.f32_linear = self._fn("ti_par_f32_linear",
                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
         self._set_threads = self._fn("ti_set_threads", [ctypes.c_int])
+        self._set_solo = self._fn("ti_set_solo", [ctypes.c_int])
+        self._solo = False
         self._set_prefetch = self._fn("ti_set_prefetch", [_i64], _i64)
         self._set_prefetch_for = self._fn("ti_set_prefetch_for", [ctypes.c_int, _i64], _i64)
         # decode.c. (x, rows, n, w, eps, y)
@@ -113,6 +115,19 @@ class NativeLibrary:
         if threads != self._threads:
             self._threads = int(self._set_threads(threads))
         return self._threads
+
+    @property
+    def solo(self) -> bool:
+        return self._solo
+
+    def set_solo(self, solo: bool) -> None:
+        """Solo: every kernel runs on its caller's thread alone and the workers sleep (for
+        steps run by torch's operators, whose own threads want the cores); else the
+        kernels split across the workers. Cheap to call every step: the library is
+        called only when the setting changes."""
+        if solo != self._solo:
+            self._set_solo(int(solo))
+            self._solo = solo
 
     def set_prefetch(self, distance: int, kind: str | None = None) -> int:
         """How many bytes ahead the kernels of ``kind`` (one of ``PREFETCH_KINDS``; None:
