@@ -52,7 +52,7 @@ def load(url: str, folder: Path, clients: int, args: argparse.Namespace,
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gguf", type=Path, default=None)
-    parser.add_argument("--quant", default="int8", choices=("int8", "int4", "none"))
+    parser.add_argument("--quant", default="int8", choices=("int8", "int4", "q8", "none"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--rounds", type=int, default=3)
