@@ -6,7 +6,7 @@ for lines decides how much of the memory's bandwidth one core gets. The best dis
 depends on the CPU and on the kernel: on an Intel Xeon (Emerald Rapids) the int4 layers of
 a 30-layer model took 10.0 ms per step 256 bytes ahead and 6.6 ms 4 KiB ahead, while its
 AMX LM head was fastest 1 KiB ahead and slowest 4 KiB ahead; on an AMD Zen 5 the int8
-kernel ran slower 1 KiB ahead than 256 bytes. So each kernel family (int8, int4, AMX) has
+kernel ran slower 1 KiB ahead than 256 bytes. So each kernel family (int8, int4, AMX, q8) has
 its own distance, chosen per load: the model's one-row products (every layer's one-row
 native kernel, in model order, as a step runs them, so that each family meets the caches
 the others leave) are timed with one family's distance at each candidate in interleaved

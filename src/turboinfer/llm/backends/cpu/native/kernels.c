@@ -56,7 +56,7 @@
  * row ran 1.5x faster 4 KiB ahead than 256 bytes (6.6 against 10.0 ms for the 30
  * layers, one thread), its AMX int8 LM head fastest 1 KiB ahead (2.64 ms, 2.79 at 256,
  * 3.21 at 4 KiB). So the distance is a run-time setting per kernel family (int8, int4,
- * AMX: ti_set_prefetch_for, the library's set_prefetch), 256 bytes unless set; a model's
+ * AMX, q8: ti_set_prefetch_for, the library's set_prefetch), 256 bytes unless set; a model's
  * load measures each family's on the model's own one-row products
  * (llm/backends/cpu/prefetch.py). Set while no kernel runs. */
 static int64_t prefetch_bytes[TI_PREFETCH_KINDS] = {256, 256, 256, 256};
@@ -67,8 +67,8 @@ int64_t ti_set_prefetch(int64_t bytes) {
     return prefetch_bytes[TI_PREFETCH_INT8];
 }
 
-/* One kernel family's distance (TI_PREFETCH_INT8 / _INT4 / _AMX / _Q8); returns it, -1 for an
- * unknown kind. */
+/* One kernel family's distance (TI_PREFETCH_INT8 / _INT4 / _AMX / _Q8); returns it, -1
+ * for an unknown kind. */
 int64_t ti_set_prefetch_for(int kind, int64_t bytes) {
     if (kind < 0 || kind >= TI_PREFETCH_KINDS) return -1;
     if (bytes >= 0 && bytes <= (1 << 20)) prefetch_bytes[kind] = bytes;
