@@ -890,42 +890,49 @@ I4Z_TILE(2)
 I4Z_TILE(4)
 #endif
 
-/* k must be a multiple of 32; w holds ceil(n / 4) tiles of k / 32 records. */
-int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
-                   const float *bias, int64_t n, float *y) {
-    const int64_t groups = k / 32;
-    float *dx = (float *)malloc((size_t)(2 * rows * groups) * sizeof(float) + (size_t)(rows * k));
-    if (!dx) return -1;
-    float *xsum = dx + rows * groups;
-    int8_t *xq = (int8_t *)(xsum + rows * groups);
-    quantize_groups(x, rows, k, xq, dx, xsum);
-    float acc[16];
-/* Passes of RB rows over tile t while RB rows are left, each row's nb outputs stored. */
-#define I4_PASSES(TILE, RB)                                                                \
+/* The int4 and q8 kernels' driver (k a multiple of 32; w holds ceil(n / 4) tiles of k / 32
+ * records of RECORD bytes): the activations quantized per group of 32 once, then every
+ * tile in passes of 4, 2 and 1 rows (AVX-512), 2 and 1 (AVX2 or plain C), each pass's
+ * rows storing their nb outputs. */
+#define GROUP_PASSES(TILE, RB)                                                             \
     for (; r + RB <= rows; r += RB) {                                                      \
         TILE(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);                  \
         for (int a = 0; a < RB; a++)                                                       \
             for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];          \
     }
-    for (int64_t t = 0; t < n; t += 4) {
-        const uint8_t *wt = w + (t / 4) * groups * I4_RECORD;
-        int nb = n - t < 4 ? (int)(n - t) : 4;
-        int64_t r = 0;
 #if TI_I4_ZMM
-        I4_PASSES(i4z_tile_4, 4)
-        I4_PASSES(i4z_tile_2, 2)
-        I4_PASSES(i4z_tile_1, 1)
+#define ZMM_PASSES(P)                                                                      \
+    GROUP_PASSES(P##z_tile_4, 4) GROUP_PASSES(P##z_tile_2, 2) GROUP_PASSES(P##z_tile_1, 1)
+#else
+#define ZMM_PASSES(P)
 #endif
-        I4_PASSES(i4_tile_2, 2)
-        I4_PASSES(i4_tile_1, 1)
+#define GROUPED_LINEAR(NAME, WTYPE, RECORD, P)                                             \
+    int NAME(const float *x, int64_t rows, int64_t k, const WTYPE *w, const float *bias,   \
+             int64_t n, float *y) {                                                        \
+        const int64_t groups = k / 32;                                                     \
+        float *dx = (float *)malloc((size_t)(2 * rows * groups) * sizeof(float)            \
+                                    + (size_t)(rows * k));                                 \
+        if (!dx) return -1;                                                                \
+        float *xsum = dx + rows * groups;                                                  \
+        int8_t *xq = (int8_t *)(xsum + rows * groups);                                     \
+        quantize_groups(x, rows, k, xq, dx, xsum);                                         \
+        float acc[16];                                                                     \
+        for (int64_t t = 0; t < n; t += 4) {                                               \
+            const WTYPE *wt = w + (t / 4) * groups * RECORD;                               \
+            int nb = n - t < 4 ? (int)(n - t) : 4;                                         \
+            int64_t r = 0;                                                                 \
+            ZMM_PASSES(P)                                                                  \
+            GROUP_PASSES(P##_tile_2, 2)                                                    \
+            GROUP_PASSES(P##_tile_1, 1)                                                    \
+        }                                                                                  \
+        if (bias)                                                                          \
+            for (int64_t r = 0; r < rows; r++)                                             \
+                for (int64_t j = 0; j < n; j++) y[r * n + j] += bias[j];                   \
+        free(dx);                                                                          \
+        return 0;                                                                          \
     }
-#undef I4_PASSES
-    if (bias)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < n; j++) y[r * n + j] += bias[j];
-    free(dx);
-    return 0;
-}
+
+GROUPED_LINEAR(ti_int4_linear, uint8_t, I4_RECORD, i4)
 
 /* ---- q8: int8 in blocks of 32 (llama.cpp's Q8_0) ---------------------------------- */
 
@@ -1054,41 +1061,7 @@ Q8Z_TILE(2)
 Q8Z_TILE(4)
 #endif
 
-/* k must be a multiple of 32; w holds ceil(n / 4) tiles of k / 32 records. */
-int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
-                 const float *bias, int64_t n, float *y) {
-    const int64_t groups = k / 32;
-    float *dx = (float *)malloc((size_t)(2 * rows * groups) * sizeof(float) + (size_t)(rows * k));
-    if (!dx) return -1;
-    float *xsum = dx + rows * groups;
-    int8_t *xq = (int8_t *)(xsum + rows * groups);
-    quantize_groups(x, rows, k, xq, dx, xsum);
-    float acc[16];
-#define Q8_PASSES(TILE, RB)                                                                \
-    for (; r + RB <= rows; r += RB) {                                                      \
-        TILE(wt, xq + r * k, dx + r * groups, xsum + r * groups, k, acc);                  \
-        for (int a = 0; a < RB; a++)                                                       \
-            for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];          \
-    }
-    for (int64_t t = 0; t < n; t += 4) {
-        const int8_t *wt = w + (t / 4) * groups * Q8_RECORD;
-        int nb = n - t < 4 ? (int)(n - t) : 4;
-        int64_t r = 0;
-#if TI_I4_ZMM
-        Q8_PASSES(q8z_tile_4, 4)
-        Q8_PASSES(q8z_tile_2, 2)
-        Q8_PASSES(q8z_tile_1, 1)
-#endif
-        Q8_PASSES(q8_tile_2, 2)
-        Q8_PASSES(q8_tile_1, 1)
-    }
-#undef Q8_PASSES
-    if (bias)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < n; j++) y[r * n + j] += bias[j];
-    free(dx);
-    return 0;
-}
+GROUPED_LINEAR(ti_q8_linear, int8_t, Q8_RECORD, q8)
 
 /* ---- fp32 ------------------------------------------------------------------------ */
 
