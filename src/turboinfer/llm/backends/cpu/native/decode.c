@@ -489,6 +489,60 @@ static int run_linear(const ti_linear *l, const float *x, int64_t rows, float *y
     }
 }
 
+/* A step's shapes and its per-row scratch, h | qkv | attn | delta | gate_up | act, shared
+ * by the one-sequence and the several-sequence steps below. */
+typedef struct {
+    int64_t rows, hidden, heads, kv_heads, head_dim, inner, width;
+    float eps;
+    const float *cos, *sin_signed;
+    float *buf, *h, *qkv, *attn, *delta, *gate_up, *act;
+} step_scratch;
+
+/* 0, or -1 without memory (s->buf NULL: nothing to free). */
+static int scratch_alloc(step_scratch *s, int64_t rows, int64_t hidden, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim, int64_t inner, float eps,
+                         const float *cos, const float *sin_signed) {
+    const int64_t width = (heads + 2 * kv_heads) * head_dim, q_size = heads * head_dim;
+    *s = (step_scratch){.rows = rows, .hidden = hidden, .heads = heads, .kv_heads = kv_heads,
+                        .head_dim = head_dim, .inner = inner, .width = width, .eps = eps,
+                        .cos = cos, .sin_signed = sin_signed};
+    s->buf = (float *)malloc((size_t)(rows * (2 * hidden + width + q_size + 3 * inner))
+                             * sizeof(float));
+    if (!s->buf) return -1;
+    s->h = s->buf;
+    s->qkv = s->h + rows * hidden;
+    s->attn = s->qkv + rows * width;
+    s->delta = s->attn + rows * q_size;
+    s->gate_up = s->delta + rows * hidden;
+    s->act = s->gate_up + rows * 2 * inner;
+    return 0;
+}
+
+/* A layer up to its attention: the norm, the q/k/v projection into s->qkv and the
+ * rotation, keys and values written to their slots. */
+static int layer_to_attention(const step_scratch *s, const ti_layer *l, const float *x,
+                              const int64_t *positions, const int64_t *slots) {
+    ti_rms_norm(x, s->rows, s->hidden, l->norm1, s->eps, s->h);
+    int rc = run_linear(&l->qkv, s->h, s->rows, s->qkv);
+    return rc ? rc : ti_rope_kv(s->qkv, s->rows, s->heads, s->kv_heads, s->head_dim, s->cos,
+                                s->sin_signed, positions, l->k_cache, l->v_cache, slots);
+}
+
+/* A layer from its attention's output in s->attn: the output projection and residual,
+ * the norm, the MLP and its residual, into x. */
+static int layer_from_attention(const step_scratch *s, const ti_layer *l, float *x) {
+    const int64_t rows = s->rows, hidden = s->hidden;
+    int rc;
+    if ((rc = run_linear(&l->o, s->attn, rows, s->delta))) return rc;
+    add_into(x, s->delta, rows * hidden);
+    ti_rms_norm(x, rows, hidden, l->norm2, s->eps, s->h);
+    if ((rc = run_linear(&l->gate_up, s->h, rows, s->gate_up))) return rc;
+    ti_silu_mul(s->gate_up, rows, s->inner, s->act);
+    if ((rc = run_linear(&l->down, s->act, rows, s->delta))) return rc;
+    add_into(x, s->delta, rows * hidden);
+    return 0;
+}
+
 /* `rows` new tokens of one sequence at positions start.., everything before them cached:
  * a decode step (one row), a speculative verification or a draft's catch-up (a few).
  * x ([rows, hidden]): the tokens' embeddings in, the final norm's output out. table
@@ -500,16 +554,16 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
                    const int64_t *table, int64_t block_size, int64_t start, int64_t rows,
                    float *x) {
     if (heads % kv_heads) return -2;
-    const int64_t width = (heads + 2 * kv_heads) * head_dim, q_size = heads * head_dim;
-    /* positions | slots, then h | qkv | attn | delta | gate_up | act, all per row */
+    step_scratch s;
+    /* positions | slots */
     int64_t *positions = (int64_t *)malloc((size_t)(2 * rows) * sizeof(int64_t));
-    float *buf = (float *)malloc((size_t)(rows * (2 * hidden + width + q_size + 3 * inner))
-                                 * sizeof(float));
+    int no_scratch = scratch_alloc(&s, rows, hidden, heads, kv_heads, head_dim, inner, eps, cos,
+                                   sin_signed);
     float *att_scores;
     int64_t *att_offset = attention_scratch(rows, heads, start + rows, kv_heads, &att_scores);
-    if (!positions || !buf || !att_offset) {
+    if (!positions || no_scratch || !att_offset) {
         free(positions);
-        free(buf);
+        free(s.buf);
         free(att_offset);
         return -1;
     }
@@ -518,29 +572,17 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
         positions[i] = start + i;
         slots[i] = table[positions[i] / block_size] * block_size + positions[i] % block_size;
     }
-    float *h = buf, *qkv = h + rows * hidden, *attn = qkv + rows * width;
-    float *delta = attn + rows * q_size, *gate_up = delta + rows * hidden;
-    float *act = gate_up + rows * 2 * inner;
     int rc = 0;
     for (int64_t i = 0; i < num_layers && rc == 0; i++) {
         const ti_layer *l = layers + i;
-        ti_rms_norm(x, rows, hidden, l->norm1, eps, h);
-        if ((rc = run_linear(&l->qkv, h, rows, qkv))) break;
-        if ((rc = ti_rope_kv(qkv, rows, heads, kv_heads, head_dim, cos, sin_signed, positions,
-                             l->k_cache, l->v_cache, slots))) break;
-        attend_split(qkv, rows, width, heads, kv_heads, head_dim, l->k_cache, l->v_cache,
-                     table, block_size, start, scale, attn, att_offset, att_scores);
-        if ((rc = run_linear(&l->o, attn, rows, delta))) break;
-        add_into(x, delta, rows * hidden);
-        ti_rms_norm(x, rows, hidden, l->norm2, eps, h);
-        if ((rc = run_linear(&l->gate_up, h, rows, gate_up))) break;
-        ti_silu_mul(gate_up, rows, inner, act);
-        if ((rc = run_linear(&l->down, act, rows, delta))) break;
-        add_into(x, delta, rows * hidden);
+        if ((rc = layer_to_attention(&s, l, x, positions, slots))) break;
+        attend_split(s.qkv, rows, s.width, heads, kv_heads, head_dim, l->k_cache, l->v_cache,
+                     table, block_size, start, scale, s.attn, att_offset, att_scores);
+        rc = layer_from_attention(&s, l, x);
     }
     if (rc == 0) ti_rms_norm(x, rows, hidden, final_norm, eps, x);
     free(positions);
-    free(buf);
+    free(s.buf);
     free(att_offset);
     return rc;
 }
@@ -558,34 +600,22 @@ int ti_batch_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hid
                          const int64_t *slots, const int64_t *lens, const int64_t *tables,
                          int64_t max_blocks, int64_t block_size, int64_t rows, float *x) {
     if (heads % kv_heads) return -2;
-    const int64_t width = (heads + 2 * kv_heads) * head_dim, q_size = heads * head_dim;
-    /* h | qkv | attn | delta | gate_up | act, all per row */
-    float *buf = (float *)malloc((size_t)(rows * (2 * hidden + width + q_size + 3 * inner))
-                                 * sizeof(float));
-    if (!buf) return -1;
-    float *h = buf, *qkv = h + rows * hidden, *attn = qkv + rows * width;
-    float *delta = attn + rows * q_size, *gate_up = delta + rows * hidden;
-    float *act = gate_up + rows * 2 * inner;
+    step_scratch s;
+    if (scratch_alloc(&s, rows, hidden, heads, kv_heads, head_dim, inner, eps, cos,
+                      sin_signed))
+        return -1;
     int rc = 0;
     for (int64_t i = 0; i < num_layers && rc == 0; i++) {
         const ti_layer *l = layers + i;
-        ti_rms_norm(x, rows, hidden, l->norm1, eps, h);
-        if ((rc = run_linear(&l->qkv, h, rows, qkv))) break;
-        if ((rc = ti_rope_kv(qkv, rows, heads, kv_heads, head_dim, cos, sin_signed, positions,
-                             l->k_cache, l->v_cache, slots))) break;
-        if ((rc = ti_par_paged_decode_attention(qkv, rows, width, heads, kv_heads, head_dim,
-                                                l->k_cache, l->v_cache, tables, max_blocks,
-                                                block_size, lens, scale, attn))) break;
-        if ((rc = run_linear(&l->o, attn, rows, delta))) break;
-        add_into(x, delta, rows * hidden);
-        ti_rms_norm(x, rows, hidden, l->norm2, eps, h);
-        if ((rc = run_linear(&l->gate_up, h, rows, gate_up))) break;
-        ti_silu_mul(gate_up, rows, inner, act);
-        if ((rc = run_linear(&l->down, act, rows, delta))) break;
-        add_into(x, delta, rows * hidden);
+        if ((rc = layer_to_attention(&s, l, x, positions, slots))) break;
+        if ((rc = ti_par_paged_decode_attention(s.qkv, rows, s.width, heads, kv_heads,
+                                                head_dim, l->k_cache, l->v_cache, tables,
+                                                max_blocks, block_size, lens, scale, s.attn)))
+            break;
+        rc = layer_from_attention(&s, l, x);
     }
     if (rc == 0) ti_rms_norm(x, rows, hidden, final_norm, eps, x);
-    free(buf);
+    free(s.buf);
     return rc;
 }
 
