@@ -59,8 +59,7 @@ def main() -> None:
               "batch": args.batch, "gen_len": args.gen_len, "tokens_per_s": rates,
               "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
               "ratio_max": max(ratios),
-              "machine": {"cpu": hw.cpu.model_name, "isa": sorted(hw.cpu.features),
-                          "cores": os.cpu_count(), "python": platform.python_version()},
+              "machine": {**hw.summary(), "python": platform.python_version()},
               "load_average": {"before": load_before, "after": os.getloadavg()},
               "command": " ".join(["python", "benchmarks/llm/batch_one_call.py",
                                    *sys.argv[1:]])}

@@ -75,8 +75,7 @@ def main() -> None:
     hw = profile(engines=False, gpus=False)
     report = {"model": Path(args.model).name, "quant": args.quant, "gen_len": args.gen_len,
               "runs": runs,
-              "machine": {"cpu": hw.cpu.model_name, "isa": sorted(hw.cpu.features),
-                          "cores": os.cpu_count(), "python": platform.python_version()},
+              "machine": {**hw.summary(), "python": platform.python_version()},
               "load_average": {"before": load_before, "after": os.getloadavg()},
               "command": " ".join(["python", "benchmarks/llm/prefetch_ab.py", *sys.argv[1:]])}
     args.output.write_text(json.dumps(report, indent=1) + "\n")

@@ -62,8 +62,7 @@ def main() -> None:
         "decode_path": {q: e.engine.runner.decode_path() for q, e in engines.items()},
         "prefetch": {q: e.prefetch_choice.to_dict() if e.prefetch_choice else None
                      for q, e in engines.items()},
-        "machine": {"cpu": hw.cpu.model_name, "isa": sorted(hw.cpu.features),
-                    "cores": os.cpu_count(), "python": platform.python_version()},
+        "machine": {**hw.summary(), "python": platform.python_version()},
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "command": " ".join(["python", "benchmarks/llm/quant_decode.py", *sys.argv[1:]])}
     args.output.write_text(json.dumps(report, indent=1) + "\n")

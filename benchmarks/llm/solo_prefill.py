@@ -79,8 +79,7 @@ def main() -> None:
                       if k.endswith("ratio") or k == "ratio_8"}, flush=True)
     hw = profile(engines=False, gpus=False)
     report = {"model": Path(args.model).name, "threads": args.threads, "results": results,
-              "machine": {"cpu": hw.cpu.model_name, "isa": sorted(hw.cpu.features),
-                          "cores": os.cpu_count(), "python": platform.python_version()},
+              "machine": {**hw.summary(), "python": platform.python_version()},
               "load_average": {"before": load_before, "after": os.getloadavg()},
               "command": " ".join(["python", "benchmarks/llm/solo_prefill.py", *sys.argv[1:]])}
     args.output.write_text(json.dumps(report, indent=1) + "\n")
