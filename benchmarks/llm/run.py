@@ -5,7 +5,8 @@ CTranslate2 and llama.cpp is ``compare.py``.
 
     python benchmarks/llm/run.py [--sections throughput,speculative,quant] [--gen-len 64]
 
-Writes ``benchmarks/llm/results.json`` and prints the tables README.md quotes.
+Writes ``benchmarks/llm/results.json`` (or ``--output``, merged into what is there) and
+prints the tables README.md quotes.
 """
 
 from __future__ import annotations
@@ -344,6 +345,8 @@ def main() -> None:
     parser.add_argument("--spec-repeats", type=int, default=2,
                         help="times each prompt runs per engine in one speculative round")
     parser.add_argument("--ppl-tokens", type=int, default=8192)
+    parser.add_argument("--output", default="results.json",
+                        help="file beside this script the sections are merged into")
     parser.add_argument("--tables", action="store_true",
                         help="print the README tables from results.json and exit")
     args = parser.parse_args()
@@ -353,7 +356,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     WORK.mkdir(parents=True, exist_ok=True)
     sections = args.sections.split(",")
-    machine = {"cpu": read_cpu().model_name, "logical_cores": os.cpu_count(),
+    cpu = read_cpu()
+    machine = {"cpu": cpu.model_name, "isa": sorted(cpu.features),
+               "logical_cores": os.cpu_count(),
                "torch": torch.__version__, "threads": args.threads,
                "load_average_at_start": os.getloadavg()}
     results: dict[str, object] = {}
@@ -369,7 +374,7 @@ def main() -> None:
                 "load_average_at_end": os.getloadavg()}
         print(f"{section}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
         print(json.dumps(results[section], indent=1), flush=True)
-    out = HERE / "results.json"
+    out = HERE / args.output
     previous = json.loads(out.read_text()) if out.exists() else {}
     if set(sections) >= {"throughput", "quant"} or not previous:
         # The top-level machine and command describe the sections recorded together.
