@@ -23,7 +23,7 @@ at ``--concurrency`` closed-loop clients, the two doors in alternating cells:
       python -m venv /work/peers/pytriton && /work/peers/pytriton/bin/pip install \\
           nvidia-pytriton onnxruntime numpy pillow
 
-Raw results go to ``prepost.json``; the load reports carry the server's split of its
+Raw results go to ``prepost.json`` (or ``--output``); the load reports carry the server's split of its
 time into pre-processing, queue, compute and post-processing.
 """
 
@@ -203,6 +203,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--no-pytriton", action="store_true",
                         help="leave PyTriton out even when its venv exists")
+    parser.add_argument("--output", default="prepost.json",
+                        help="file beside this script the results go to")
     args = parser.parse_args()
     cells: dict[str, list[dict]] = {}
     from turboinfer.hardware import profile
@@ -251,7 +253,7 @@ def main() -> None:
     if "pytriton_jpeg" in cells:
         result["pytriton"] = per_cell(cells, "resnet18_jpeg", "pytriton_jpeg")
     result["load_average_1m_after"] = os.getloadavg()[0]
-    (HERE / "prepost.json").write_text(json.dumps(result, indent=2) + "\n")
+    (HERE / args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("resnet18", "minilm", "minilm_cosine",
                                              "pytriton")}, indent=2))
 
