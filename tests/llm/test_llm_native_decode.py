@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from turboinfer.llm.backends.base import StepItem
-from turboinfer.llm.backends.cpu import kernel_candidates
+from turboinfer.llm.backends.cpu import kernel_candidates, prefetch
 from turboinfer.llm.backends.cpu.kernels import select_kernels
 from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
@@ -51,7 +51,11 @@ def _decode(runner: ModelRunner, prompt: list[int], table: list[int], steps: int
 def test_native_step_matches_the_lean_step(tiny_llama_dir: Path, native_only: None,
                                            mode: QuantMode, table: list[int]) -> None:
     """Same greedy ids, logits and cache contents up to float rounding (C attention,
-    norms and activation round differently from torch's)."""
+    norms and activation round differently from torch's). Where activations are
+    quantized, a last-bit difference before a layer can move one activation across a
+    rounding edge, one int8 step: on a Zen 4 one of the 14 q8 steps differed by 0.0067
+    (the rest by 1e-6), hence the wider tolerance there."""
+    tol = 1e-4 if mode is QuantMode.NONE else 2e-2
     model = _native_model(tiny_llama_dir, mode)
     block_size = 4
     native = ModelRunner(model, model.allocate_kv_cache(8, block_size))
@@ -62,9 +66,9 @@ def test_native_step_matches_the_lean_step(tiny_llama_dir: Path, native_only: No
     assert isinstance(native._lean, NativeDecoder) and isinstance(lean._lean, LeanDecoder)
     assert native_ids == lean_ids
     for a, b in zip(native_logits, lean_logits, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(native.kv_cache.k, lean.kv_cache.k, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(native.kv_cache.v, lean.kv_cache.v, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=tol)
+    torch.testing.assert_close(native.kv_cache.k, lean.kv_cache.k, rtol=1e-4, atol=tol)
+    torch.testing.assert_close(native.kv_cache.v, lean.kv_cache.v, rtol=1e-4, atol=tol)
 
 
 def test_native_step_needs_native_kernels_in_every_layer(tiny_model: LlamaModel) -> None:
@@ -177,3 +181,36 @@ def test_fp32_layers_without_a_native_pick_get_their_own(tiny_llama_dir: Path,
     assert native.decode_path() == "native" and lean.decode_path() == "lean"
     assert native_ids == lean_ids
     torch.testing.assert_close(native_logits[-1], lean_logits[-1], rtol=1e-4, atol=1e-4)
+
+
+def test_the_fp32_next_tile_fetch_is_measured_at_build_and_changes_no_result(
+        tiny_llama_dir: Path, native_only: None) -> None:
+    """The fp32 kernel's fetch of its next tile at several rows is timed off and on when
+    the step is built and the faster is left in force; a verification's logits are the
+    same bits either way. An int8 model has no fp32 layer to time: unchanged."""
+    library = native_status().library
+    assert library is not None
+    before = library.set_prefetch(-1, "f32")
+    try:
+        model = _native_model(tiny_llama_dir, QuantMode.NONE)
+        decoder = NativeDecoder.build(model, model.allocate_kv_cache(6, 4))
+        assert decoder is not None and decoder.f32_prefetch is not None
+        timings = decoder.f32_prefetch.step_ms["f32"]
+        chosen = decoder.f32_prefetch.chosen["f32"]
+        assert set(timings) == set(prefetch.F32_SETTINGS)
+        assert timings[chosen] == min(timings.values())
+        assert library.set_prefetch(-1, "f32") == chosen
+        prompt, more = [(5 * j + 1) % 128 for j in range(7)], [9, 40, 77, 3, 12, 6, 50]
+        logits = []
+        for setting in prefetch.F32_SETTINGS:
+            library.set_prefetch(setting, "f32")
+            decoder.forward(prompt, 0, [2, 0, 3, 1, 5, 4], 1)
+            logits.append(decoder.forward(more, len(prompt), [2, 0, 3, 1, 5, 4], len(more)))
+        assert torch.equal(logits[0], logits[1])
+        library.set_prefetch(256, "f32")
+        int8 = _native_model(tiny_llama_dir, QuantMode.INT8)
+        quantized = NativeDecoder.build(int8, int8.allocate_kv_cache(6, 4))
+        assert quantized is not None and quantized.f32_prefetch is None
+        assert library.set_prefetch(-1, "f32") == 256
+    finally:
+        library.set_prefetch(before, "f32")

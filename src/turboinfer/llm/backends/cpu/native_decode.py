@@ -31,6 +31,7 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     TransposedKernel,
 )
 from turboinfer.llm.backends.cpu.native import NativeLibrary, native_status
+from turboinfer.llm.backends.cpu.prefetch import F32Linear, PrefetchChoice, choose_f32_prefetch
 from turboinfer.llm.backends.torch.lean_decode import LayerPlan, Linear, one_row, supports_lean
 from turboinfer.llm.model.attention import KVCache
 from turboinfer.llm.model.llama import Attention, DecoderLayer, LlamaModel
@@ -149,6 +150,7 @@ class NativeDecoder:
         # LM head's pick for few rows is its one-row winner (2048x256 at 4 rows on the
         # demo model: 0.26 ms on MKL's one-row choice, 0.05-0.1 native).
         self.head_rows = head or model.lm_head
+        self.f32_prefetch: PrefetchChoice | None = None    # set by build
 
     @classmethod
     def build(cls, model: LlamaModel, kv_cache: KVCache) -> NativeDecoder | None:
@@ -182,7 +184,12 @@ class NativeDecoder:
                                  kv_cache.k[i].data_ptr(), kv_cache.v[i].data_ptr()))
         if len(eps) != 1:
             return None         # decode.c takes one epsilon for every norm
-        return cls(model, kv_cache, lib, layers, own)
+        decoder = cls(model, kv_cache, lib, layers, own)
+        # Its verifications' fp32 products: whether the next tile is fetched, measured.
+        decoder.f32_prefetch = choose_f32_prefetch(
+            [F32Linear(lin.n, lin.k, lin.kp, lin.w, lin.bias) for layer in layers
+             for lin in (layer.qkv, layer.o, layer.gate_up, layer.down) if lin.kind == 0], lib)
+        return decoder
 
     def run(self, items: Seq[StepItem]) -> torch.Tensor:
         """The step backend's entry point, for a step of one item of a few new tokens."""

@@ -14,6 +14,12 @@ rounds, the others' at their choice so far (the family with the most bytes first
 fastest is kept for the library (one setting per family for the process: it runs one
 model's steps). ``PrefetchChoice`` records the
 timings (``llm bench --json``).
+
+The fp32 kernel fetches nothing ahead at one row (the hardware prefetcher follows its one
+stream); at several rows (a speculative verification, a batch) it can fetch the next
+tile while it works on this one. That helped on a Zen 3 and cost a Zen 4 10-20% at 2-9
+rows, so ``choose_f32_prefetch`` times the native step's fp32 layers at a few rows, off
+and on, when the step is built.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ from turboinfer.llm.backends.cpu.kernels import SelectedLinear
 from turboinfer.llm.backends.cpu.native import NativeLibrary
 
 DISTANCES = (256, 1024, 2048, 4096)
+# The fp32 setting: 0, the hardware prefetcher alone; 256 (any other value), the next tile.
+F32_SETTINGS = (0, 256)
+# A verification's rows: prompt lookup's shortest proposal and the draft's default one.
+F32_ROWS = (4, 7)
 ROUNDS = 5
 # Each sample runs the products at least this long: a small model's step takes tens of
 # microseconds, below the timer's noise.
@@ -109,3 +119,59 @@ def choose_prefetch(model: nn.Module, library: NativeLibrary,
         chosen[kind] = min(step_ms[kind], key=step_ms[kind].__getitem__)
         library.set_prefetch(chosen[kind], kind)
     return PrefetchChoice(chosen, step_ms)
+
+
+@dataclass(frozen=True)
+class F32Linear:
+    """One fp32 native layer as the step holds it: addresses and sizes."""
+
+    n: int
+    k: int
+    kp: int
+    w: int
+    bias: int | None
+
+
+@torch.inference_mode()
+def choose_f32_prefetch(linears: list[F32Linear], library: NativeLibrary,
+                        rows: tuple[int, ...] = F32_ROWS,
+                        rounds: int = ROUNDS) -> PrefetchChoice | None:
+    """Time ``linears`` (in step order) at each of ``rows`` with the fp32 kernel's
+    next-tile fetch off and on, in interleaved rounds; set the faster (the sum over the
+    row counts of the median times) on ``library`` and return the choice, its timings
+    keyed by setting. None (unchanged) where there is no fp32 layer."""
+    if not linears:
+        return None
+    most = max(rows)
+    inputs = {k: torch.randn(most, k, generator=torch.Generator().manual_seed(k))
+              for k in {lin.k for lin in linears}}
+    out = torch.empty(most * max(lin.n for lin in linears))
+
+    def run(r: int) -> None:
+        for lin in linears:
+            library.f32_linear(inputs[lin.k].data_ptr(), r, lin.k, lin.w, lin.bias, lin.n,
+                               lin.kp, out.data_ptr())
+
+    before = library.set_prefetch(-1, "f32")
+    samples: dict[int, list[float]] = {s: [] for s in F32_SETTINGS}
+    try:
+        for r in rows:
+            run(r)                                    # warm
+        start = time.perf_counter()
+        for r in rows:
+            run(r)
+        reps = max(1, int(SAMPLE_S / max(time.perf_counter() - start, 1e-7)))
+        for i in range(rounds):
+            for setting in F32_SETTINGS[::1 if i % 2 else -1]:
+                library.set_prefetch(setting, "f32")
+                start = time.perf_counter()
+                for _ in range(reps):
+                    for r in rows:
+                        run(r)
+                samples[setting].append((time.perf_counter() - start) / reps)
+    finally:
+        library.set_prefetch(before, "f32")
+    step_ms = {s: 1e3 * statistics.median(v) for s, v in samples.items()}
+    chosen = min(step_ms, key=step_ms.__getitem__)
+    library.set_prefetch(chosen, "f32")
+    return PrefetchChoice({"f32": chosen}, {"f32": step_ms})

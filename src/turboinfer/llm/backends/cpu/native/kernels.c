@@ -58,8 +58,10 @@
  * 3.21 at 4 KiB). So the distance is a run-time setting per kernel family (int8, int4,
  * AMX, q8: ti_set_prefetch_for, the library's set_prefetch), 256 bytes unless set; a model's
  * load measures each family's on the model's own one-row products
- * (llm/backends/cpu/prefetch.py). Set while no kernel runs. */
-static int64_t prefetch_bytes[TI_PREFETCH_KINDS] = {256, 256, 256, 256};
+ * (llm/backends/cpu/prefetch.py). The fp32 kernel's setting (f32) is whether it fetches
+ * the next tile at several rows, measured on the model's fp32 layers at several rows.
+ * Set while no kernel runs. */
+static int64_t prefetch_bytes[TI_PREFETCH_KINDS] = {256, 256, 256, 256, 256};
 
 /* Every kind's distance; returns the int8 kernel's. Out of range: unchanged. */
 int64_t ti_set_prefetch(int64_t bytes) {
@@ -67,8 +69,8 @@ int64_t ti_set_prefetch(int64_t bytes) {
     return prefetch_bytes[TI_PREFETCH_INT8];
 }
 
-/* One kernel family's distance (TI_PREFETCH_INT8 / _INT4 / _AMX / _Q8); returns it, -1
- * for an unknown kind. */
+/* One kernel family's distance (TI_PREFETCH_INT8 / _INT4 / _AMX / _Q8 / _F32); returns
+ * it, -1 for an unknown kind. */
 int64_t ti_set_prefetch_for(int kind, int64_t bytes) {
     if (kind < 0 || kind >= TI_PREFETCH_KINDS) return -1;
     if (bytes >= 0 && bytes <= (1 << 20)) prefetch_bytes[kind] = bytes;
@@ -1221,19 +1223,26 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
         x = padded;
     }
     float acc[12];
+#if TI_AVX2
+    const int fetch_next = rows > 1 && kp <= 512 && prefetch_bytes[TI_PREFETCH_F32] > 0;
+#endif
     for (int64_t t = 0; t < n; t += 4) {
         const float *wt = w + t * kp;
         int nb = n - t < 4 ? (int)(n - t) : 4;
 #if TI_AVX2
-        /* Several rows: the next tile is fetched while this one is worked on, a share
-         * of it before each row group (the hardware prefetcher alone left the arithmetic
-         * and the tile's arrival one after the other: on the demo model 3 rows cost 1.30x
-         * one row, 1.13x with the next tile fetched; with all of it fetched before the
-         * first group, the memory sat idle through the later ones: 4 rows cost 1.30x one
-         * row, about 1.15x with the fetch spread over the groups).
-         * Small tiles only: a 12-32 KB tile (K 768-2048) fetched beside the current one
-         * crowds the 32 KB L1 (up to 35% slower with the weights in cache). */
-        int prefetch = rows > 1 && kp <= 512 && t + 4 < n;
+        /* Several rows, where the f32 setting asks for it: the next tile is fetched
+         * while this one is worked on, a share of it before each row group (on a Zen 3
+         * the hardware prefetcher alone left the arithmetic and the tile's arrival one
+         * after the other: on the demo model 3 rows cost 1.30x one row, 1.13x with the
+         * next tile fetched; with all of it fetched before the first group, the memory
+         * sat idle through the later ones: 4 rows cost 1.30x one row, about 1.15x with
+         * the fetch spread over the groups). On a Zen 4 the same fetch made the demo
+         * model's 2-9-row steps 10-20% slower than the hardware prefetcher alone (a burst
+         * of 64 lines fills the core's miss buffers ahead of its own loads), hence a
+         * setting measured at load. Small tiles only: a 12-32 KB tile (K 768-2048)
+         * fetched beside the current one crowds the 32 KB L1 (up to 35% slower with the
+         * weights in cache). */
+        int prefetch = fetch_next && t + 4 < n;
         int64_t share = (4 * kp / ((rows + 2) / 3) + 15) / 16 * 16, fetched = 0;
 #endif
         /* Whole tiles store straight into y; the last, partial one goes through acc. */

@@ -33,8 +33,9 @@ CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache
 DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 AMX_ENV = "TURBOINFER_AMX"                  # "0": leave the AMX kernel out (A/B timing)
 COMPILE_TIMEOUT_S = 120
-# The kernel families with their own prefetch distance, in native.h's TI_PREFETCH_* order.
-PREFETCH_KINDS = ("int8", "int4", "amx", "q8")
+# The kernel families with their own prefetch distance, in native.h's TI_PREFETCH_* order
+# (f32: whether the fp32 kernel fetches its next tile at several rows, 0 or not).
+PREFETCH_KINDS = ("int8", "int4", "amx", "q8", "f32")
 
 _i64, _ptr, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 

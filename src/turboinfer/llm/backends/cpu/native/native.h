@@ -17,8 +17,10 @@ int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
 /* kernels.c: the int8 kernel's activation quantization (per block of 32, an integer
  * multiplier 1..levels of one scale per row), shared with amx.c. */
 int ti_i8_levels(int64_t kp);
-/* How many bytes ahead each kernel family prefetches its weight stream (kernels.c). */
-enum { TI_PREFETCH_INT8, TI_PREFETCH_INT4, TI_PREFETCH_AMX, TI_PREFETCH_Q8, TI_PREFETCH_KINDS };
+/* How many bytes ahead each kernel family prefetches its weight stream (kernels.c); for
+ * the fp32 kernel at several rows, 0 (off) or not (the next tile). */
+enum { TI_PREFETCH_INT8, TI_PREFETCH_INT4, TI_PREFETCH_AMX, TI_PREFETCH_Q8, TI_PREFETCH_F32,
+       TI_PREFETCH_KINDS };
 int64_t ti_prefetch_bytes(int kind);
 int64_t ti_set_prefetch_for(int kind, int64_t bytes);
 void ti_quantize_i8_blocks(const float *x, int64_t rows, int64_t k, int64_t kp, int levels,
