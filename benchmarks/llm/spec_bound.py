@@ -69,9 +69,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     load_start = os.getloadavg()
-    plain = native_llm()
+    # One thread, as run.py's speculative section measures (unset, the engine would
+    # pick its count by measurement, and the bound would compare other steps).
+    plain = native_llm(config=EngineConfig(num_threads=1))
     spec = native_llm(draft=demo_model_dir("draft"),
-                      config=EngineConfig(num_speculative_tokens=K))
+                      config=EngineConfig(num_speculative_tokens=K, num_threads=1))
     params = SamplingParams(max_tokens=GEN, temperature=0, ignore_eos=True)
     tokens_per_forward, acceptance = {}, {}
     for k in range(1, MAX_ROWS):

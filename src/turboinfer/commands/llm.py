@@ -219,6 +219,8 @@ def _bench(args: argparse.Namespace) -> int:
             if args.roofline else None)
     threads = torch.get_num_threads()
     runner = llm.engine.runner
+    native = runner.native_decoder() if runner.kv_cache.k.device.type == "cpu" else None
+    f32_fetch = native.f32_prefetch if native is not None else None
     placed = placement_report(llm.model, llm.config, sum(r.output_tokens for r in results))
     llm.placement.close()
     if args.json:
@@ -229,6 +231,7 @@ def _bench(args: argparse.Namespace) -> int:
                     "kernels": [c.to_dict() for c in llm.kernel_choices],
                     "prefetch": (llm.prefetch_choice.to_dict() if llm.prefetch_choice
                                  else None),
+                    "f32_prefetch": f32_fetch.to_dict() if f32_fetch else None,
                     "decode_path": llm.engine.runner.decode_path(),
                     "device": llm.config.device, "dtype": llm.config.dtype,
                     "backend": llm.config.backend,
@@ -249,6 +252,11 @@ def _bench(args: argparse.Namespace) -> int:
             timed = ", ".join(f"{d} B {ms:.2f} ms" for d, ms in timings.items())
             print(f"{kind} weight prefetch: {llm.prefetch_choice.chosen[kind]} bytes ahead "
                   f"(one-row products: {timed})")
+    if f32_fetch:
+        timed = ", ".join(f"{'on' if d else 'off'} {ms:.2f} ms"
+                          for d, ms in f32_fetch.step_ms["f32"].items())
+        print(f"fp32 next-tile fetch at several rows: "
+              f"{'on' if f32_fetch.chosen['f32'] else 'off'} (4 and 7 rows: {timed})")
     print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
           f"({llm.config.dtype})")
     plan = llm.engine.memory_plan
