@@ -41,6 +41,9 @@ DISTANCES = (256, 1024, 2048, 4096)
 F32_SETTINGS = (0, 256)
 # A verification's rows: prompt lookup's shortest proposal and the draft's default one.
 F32_ROWS = (4, 7)
+# The layers timed, in step order, up to this many bytes of weights: enough to stream
+# them from memory as a step does, while a large model's build stays short.
+F32_SAMPLE_BYTES = 64 << 20
 ROUNDS = 5
 # Each sample runs the products at least this long: a small model's step takes tens of
 # microseconds, below the timer's noise.
@@ -136,12 +139,18 @@ class F32Linear:
 def choose_f32_prefetch(linears: list[F32Linear], library: NativeLibrary,
                         rows: tuple[int, ...] = F32_ROWS,
                         rounds: int = ROUNDS) -> PrefetchChoice | None:
-    """Time ``linears`` (in step order) at each of ``rows`` with the fp32 kernel's
-    next-tile fetch off and on, in interleaved rounds; set the faster (the sum over the
-    row counts of the median times) on ``library`` and return the choice, its timings
-    keyed by setting. None (unchanged) where there is no fp32 layer."""
+    """Time ``linears`` (in step order, the first ``F32_SAMPLE_BYTES`` of them) at each of
+    ``rows`` with the fp32 kernel's next-tile fetch off and on, in interleaved rounds;
+    set the faster (the sum over the row counts of the median times) on ``library`` and
+    return the choice, its timings keyed by setting. None (unchanged) where there is no
+    fp32 layer."""
     if not linears:
         return None
+    take, total = 0, 0
+    while take < len(linears) and total < F32_SAMPLE_BYTES:
+        total += 4 * linears[take].n * linears[take].kp
+        take += 1
+    linears = linears[:take]
     most = max(rows)
     inputs = {k: torch.randn(most, k, generator=torch.Generator().manual_seed(k))
               for k in {lin.k for lin in linears}}
