@@ -77,7 +77,8 @@ def main() -> None:
     params = SamplingParams(max_tokens=GEN, temperature=0, ignore_eos=True)
     tokens_per_forward, acceptance = {}, {}
     for k in range(1, MAX_ROWS):
-        at_k = LLM(draft=demo_model_dir("draft"), config=EngineConfig(num_speculative_tokens=k))
+        at_k = LLM(draft=demo_model_dir("draft"),
+                   config=EngineConfig(num_speculative_tokens=k, num_threads=1))
         for prompt in PROMPTS:
             at_k.generate(prompt, params)
         tokens_per_forward[k] = at_k.engine.spec_stats.tokens_per_forward
