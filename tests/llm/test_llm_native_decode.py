@@ -187,7 +187,8 @@ def test_the_fp32_next_tile_fetch_is_measured_at_build_and_changes_no_result(
         tiny_llama_dir: Path, native_only: None) -> None:
     """The fp32 kernel's fetch of its next tile at several rows is timed off and on when
     the step is built and the faster is left in force; a verification's logits are the
-    same bits either way. An int8 model has no fp32 layer to time: unchanged."""
+    same bits either way. An int8 model has no fp32 layer to time, and a draft's step is
+    not asked to: the setting stays."""
     library = native_status().library
     assert library is not None
     before = library.set_prefetch(-1, "f32")
@@ -212,5 +213,12 @@ def test_the_fp32_next_tile_fetch_is_measured_at_build_and_changes_no_result(
         quantized = NativeDecoder.build(int8, int8.allocate_kv_cache(6, 4))
         assert quantized is not None and quantized.f32_prefetch is None
         assert library.set_prefetch(-1, "f32") == 256
+        # A draft's step (not asked to pick) leaves the setting its target's chose.
+        draft = NativeDecoder.build(model, model.allocate_kv_cache(6, 4), pick_prefetch=False)
+        assert draft is not None and draft.f32_prefetch is None
+        assert library.set_prefetch(-1, "f32") == 256
+        runner = ModelRunner(model, model.allocate_kv_cache(6, 4), pick_prefetch=False)
+        runner.run([StepItem([5, 6], 0, [0, 1], 1)])
+        assert runner.decode_path() == "native" and library.set_prefetch(-1, "f32") == 256
     finally:
         library.set_prefetch(before, "f32")

@@ -34,8 +34,12 @@ class ModelRunner:
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, lean_decode: bool = True,
                  native_decode: bool = True, backend: str = "auto",
-                 scratch_block: int | None = None, max_batch: int = 64) -> None:
+                 scratch_block: int | None = None, max_batch: int = 64,
+                 pick_prefetch: bool = True) -> None:
         self.model = model
+        # Whether its native step measures the process's fp32 fetch setting (a draft's
+        # runner leaves its target's, as its load leaves the prefetch distances).
+        self.pick_prefetch = pick_prefetch
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         self.num_forwards = 0
@@ -119,7 +123,8 @@ class ModelRunner:
                                                                       NativeDecoder):
             self._lean = None
         if self._lean is None:
-            found = select.lone_decoder(self.model, self.kv_cache, native=self.native_decode)
+            found = select.lone_decoder(self.model, self.kv_cache, native=self.native_decode,
+                                        pick_prefetch=self.pick_prefetch)
             if found is None:
                 self.lean_decode = False
                 return None

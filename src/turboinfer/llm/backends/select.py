@@ -104,14 +104,16 @@ def _on_cpu(kv_cache: KVCache) -> bool:
     return kv_cache.k.device.type == "cpu"
 
 
-def lone_decoder(model: LlamaModel, kv_cache: KVCache, *, native: bool) -> LoneDecoder | None:
+def lone_decoder(model: LlamaModel, kv_cache: KVCache, *, native: bool,
+                 pick_prefetch: bool = True) -> LoneDecoder | None:
     """What a lone sequence's steps run on: the native one-call step where ``native`` and
     every layer has a native kernel, else the lean torch decoder; None where neither
     applies (the general path then). Build it after the kernels are chosen and a
     parallel group joined: both decide what it can do."""
     if not _on_cpu(kv_cache) or not supports_lean(model):
         return None
-    found = NativeDecoder.build(model, kv_cache) if native else None
+    found = (NativeDecoder.build(model, kv_cache, pick_prefetch=pick_prefetch) if native
+             else None)
     return found or LeanDecoder(model, kv_cache)
 
 

@@ -58,7 +58,8 @@ class LLMEngine:
                     f"target's ({model.config.vocab_size})")
             draft_runner = ModelRunner(
                 draft, draft.allocate_kv_cache(blocks + spare, config.block_size),
-                backend=config.backend, scratch_block=scratch, max_batch=config.max_num_seqs)
+                backend=config.backend, scratch_block=scratch, max_batch=config.max_num_seqs,
+                pick_prefetch=False)
             self.proposer = DraftModelProposer(draft_runner, config.num_speculative_tokens)
         elif config.ngram_size:
             self.proposer = NgramProposer(config.ngram_size, config.num_speculative_tokens)

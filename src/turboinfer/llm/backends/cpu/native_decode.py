@@ -153,7 +153,11 @@ class NativeDecoder:
         self.f32_prefetch: PrefetchChoice | None = None    # set by build
 
     @classmethod
-    def build(cls, model: LlamaModel, kv_cache: KVCache) -> NativeDecoder | None:
+    def build(cls, model: LlamaModel, kv_cache: KVCache, *,
+              pick_prefetch: bool = True) -> NativeDecoder | None:
+        """The decoder, or None where it cannot run. ``pick_prefetch``: measure the fp32
+        kernel's next-tile fetch on this model's layers and set it for the process (a
+        draft's decoder leaves its target's setting)."""
         lib = native_status().library
         if (lib is None or not supports_lean(model)
                 or model.embed_tokens.weight.dtype != torch.float32
@@ -185,10 +189,12 @@ class NativeDecoder:
         if len(eps) != 1:
             return None         # decode.c takes one epsilon for every norm
         decoder = cls(model, kv_cache, lib, layers, own)
-        # Its verifications' fp32 products: whether the next tile is fetched, measured.
-        decoder.f32_prefetch = choose_f32_prefetch(
-            [F32Linear(lin.n, lin.k, lin.kp, lin.w, lin.bias) for layer in layers
-             for lin in (layer.qkv, layer.o, layer.gate_up, layer.down) if lin.kind == 0], lib)
+        if pick_prefetch:
+            # Its verifications' fp32 products: whether the next tile is fetched, measured.
+            decoder.f32_prefetch = choose_f32_prefetch(
+                [F32Linear(lin.n, lin.k, lin.kp, lin.w, lin.bias) for layer in layers
+                 for lin in (layer.qkv, layer.o, layer.gate_up, layer.down) if lin.kind == 0],
+                lib)
         return decoder
 
     def run(self, items: Seq[StepItem]) -> torch.Tensor:
