@@ -99,28 +99,11 @@ def choose_prefetch(model: nn.Module, library: NativeLibrary,
         return None
     run = _products([k for m in model.modules() if isinstance(m, SelectedLinear)
                      and isinstance(k := m.kernel_for(1), NativeKernel)])
-    run()                                     # warm: pages touched, buffers allocated
-    start = time.perf_counter()
-    run()
-    reps = max(1, int(SAMPLE_S / max(time.perf_counter() - start, 1e-7)))
+    reps = _reps(run)
     chosen: dict[str, int] = {}
     step_ms: dict[str, dict[int, float]] = {}
     for kind in sorted(families, key=lambda f: -sum(k.read_bytes for k in families[f])):
-        before = library.set_prefetch(-1, kind)   # out of range: reads the distance in force
-        samples: dict[int, list[float]] = {d: [] for d in distances}
-        try:
-            for _ in range(rounds):
-                for d in distances:
-                    library.set_prefetch(d, kind)
-                    start = time.perf_counter()
-                    for _ in range(reps):
-                        run()
-                    samples[d].append((time.perf_counter() - start) / reps)
-        finally:
-            library.set_prefetch(before, kind)
-        step_ms[kind] = {d: 1e3 * statistics.median(s) for d, s in samples.items()}
-        chosen[kind] = min(step_ms[kind], key=step_ms[kind].__getitem__)
-        library.set_prefetch(chosen[kind], kind)
+        chosen[kind], step_ms[kind] = _choose(library, kind, distances, run, reps, rounds)
     return PrefetchChoice(chosen, step_ms)
 
 
@@ -156,31 +139,45 @@ def choose_f32_prefetch(linears: list[F32Linear], library: NativeLibrary,
               for k in {lin.k for lin in linears}}
     out = torch.empty(most * max(lin.n for lin in linears))
 
-    def run(r: int) -> None:
-        for lin in linears:
-            library.f32_linear(inputs[lin.k].data_ptr(), r, lin.k, lin.w, lin.bias, lin.n,
-                               lin.kp, out.data_ptr())
+    def run() -> None:
+        for r in rows:
+            for lin in linears:
+                library.f32_linear(inputs[lin.k].data_ptr(), r, lin.k, lin.w, lin.bias,
+                                   lin.n, lin.kp, out.data_ptr())
 
-    before = library.set_prefetch(-1, "f32")
-    samples: dict[int, list[float]] = {s: [] for s in F32_SETTINGS}
+    chosen, step_ms = _choose(library, "f32", F32_SETTINGS, run, _reps(run), rounds,
+                              alternate=True)
+    return PrefetchChoice({"f32": chosen}, {"f32": step_ms})
+
+
+def _reps(run: Callable[[], None]) -> int:
+    """How many calls of ``run`` fill a sample of ``SAMPLE_S``, after one that warms
+    (pages touched, buffers allocated)."""
+    run()
+    start = time.perf_counter()
+    run()
+    return max(1, int(SAMPLE_S / max(time.perf_counter() - start, 1e-7)))
+
+
+def _choose(library: NativeLibrary, kind: str, settings: tuple[int, ...],
+            run: Callable[[], None], reps: int, rounds: int,
+            alternate: bool = False) -> tuple[int, dict[int, float]]:
+    """Time ``reps`` calls of ``run`` at each of ``kind``'s ``settings``, in ``rounds``
+    interleaved rounds (``alternate``: every other round in reverse order); set the
+    fastest median on ``library`` and return it with each setting's median ms."""
+    before = library.set_prefetch(-1, kind)   # out of range: reads the setting in force
+    samples: dict[int, list[float]] = {s: [] for s in settings}
     try:
-        for r in rows:
-            run(r)                                    # warm
-        start = time.perf_counter()
-        for r in rows:
-            run(r)
-        reps = max(1, int(SAMPLE_S / max(time.perf_counter() - start, 1e-7)))
         for i in range(rounds):
-            for setting in F32_SETTINGS[::1 if i % 2 else -1]:
-                library.set_prefetch(setting, "f32")
+            for setting in settings[::-1 if alternate and i % 2 == 0 else 1]:
+                library.set_prefetch(setting, kind)
                 start = time.perf_counter()
                 for _ in range(reps):
-                    for r in rows:
-                        run(r)
+                    run()
                 samples[setting].append((time.perf_counter() - start) / reps)
     finally:
-        library.set_prefetch(before, "f32")
+        library.set_prefetch(before, kind)
     step_ms = {s: 1e3 * statistics.median(v) for s, v in samples.items()}
     chosen = min(step_ms, key=step_ms.__getitem__)
-    library.set_prefetch(chosen, "f32")
-    return PrefetchChoice({"f32": chosen}, {"f32": step_ms})
+    library.set_prefetch(chosen, kind)
+    return chosen, step_ms
