@@ -23,6 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from native_kernels import machine  # noqa: E402
 from run import regenerate_prompts, spec_rounds, warm  # noqa: E402
 
 from turboinfer.hardware import profile  # noqa: E402
@@ -30,18 +31,6 @@ from turboinfer.llm import LLM, EngineConfig, demo_model_dir  # noqa: E402
 from turboinfer.llm.backends.cpu.native import native_status  # noqa: E402
 
 SETTINGS = {"off": 0, "next tile": 256}
-
-
-def cpu_generation() -> dict[str, str]:
-    """/proc/cpuinfo's family and model: "AMD EPYC" alone does not say Zen 3 or Zen 4."""
-    fields: dict[str, str] = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("cpu family", "model") and key.strip() not in fields:
-            fields[key.strip()] = value.strip()
-        if len(fields) == 2:
-            break
-    return {"cpu_family": fields.get("cpu family", "?"), "cpu_model": fields.get("model", "?")}
 
 
 def main() -> None:
@@ -87,7 +76,7 @@ def main() -> None:
                   f"{row['ngram_speedup']:.2f}x (min {row['ngram_speedup_min']:.2f})",
                   flush=True)
     result = {"command": " ".join(sys.argv),
-              "machine": {**profile(engines=False, gpus=False).summary(), **cpu_generation()},
+              "machine": {**profile(engines=False, gpus=False).summary(), **machine()},
               "threads": 1, "load_average": {"start": load_before, "end": os.getloadavg()},
               "measured_at_build": measured, "settings": SETTINGS, "summary": summary,
               "rounds": runs}

@@ -219,7 +219,7 @@ def _bench(args: argparse.Namespace) -> int:
             if args.roofline else None)
     threads = torch.get_num_threads()
     runner = llm.engine.runner
-    native = runner.native_decoder() if runner.kv_cache.k.device.type == "cpu" else None
+    native = runner.native_decoder()        # None off the CPU: no lean step there
     f32_fetch = native.f32_prefetch if native is not None else None
     placed = placement_report(llm.model, llm.config, sum(r.output_tokens for r in results))
     llm.placement.close()

@@ -17,7 +17,7 @@ timings (``llm bench --json``).
 
 The fp32 kernel fetches nothing ahead at one row (the hardware prefetcher follows its one
 stream); at several rows (a speculative verification, a batch) it can fetch the next
-tile while it works on this one. That helped on a Zen 3 and cost a Zen 4 10-20% at 2-9
+tile while it works on this one. That helped on a Zen 3 and cost a Zen 4 10-25% at 2-9
 rows, so ``choose_f32_prefetch`` times the native step's fp32 layers at a few rows, off
 and on, when the step is built.
 """

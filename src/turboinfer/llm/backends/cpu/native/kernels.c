@@ -1237,7 +1237,7 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
          * next tile fetched; with all of it fetched before the first group, the memory
          * sat idle through the later ones: 4 rows cost 1.30x one row, about 1.15x with
          * the fetch spread over the groups). On a Zen 4 the same fetch made the demo
-         * model's 2-9-row steps 10-20% slower than the hardware prefetcher alone (a burst
+         * model's 2-9-row steps 10-25% slower than the hardware prefetcher alone (a burst
          * of 64 lines fills the core's miss buffers ahead of its own loads), hence a
          * setting measured at load. Small tiles only: a 12-32 KB tile (K 768-2048)
          * fetched beside the current one crowds the 32 KB L1 (up to 35% slower with the
