@@ -17,6 +17,7 @@ import io
 import logging
 import os
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,12 @@ import torch
 
 from turboinfer.errors import ConfigError
 from turboinfer.models.cache import atomic_path
+
+# One export at a time in a process: torch.export keeps its dispatch modes on one
+# process-wide stack (and _quiet swaps process-wide warning and logging settings), so two
+# models exported from two threads at once (a server loading its zoo) failed with "Trying
+# to pop empty mode stack" or hung.
+_EXPORT_LOCK = threading.Lock()
 
 # protobuf cannot serialize a message past 2 GiB; bigger models keep weights beside the file.
 _SINGLE_FILE_LIMIT = 1_800_000_000
@@ -73,12 +80,14 @@ def export_onnx(
         raise ConfigError(f"example inputs lack {', '.join(missing)} needed to export {path}")
     args = tuple(_widened(name, example_inputs[name], dynamic_axes) for name in input_names)
     big = needs_external_data(weight_bytes(module))
-    if isinstance(module, torch.jit.ScriptModule):
-        proto = _export_script(module, args, input_names, output_names, dynamic_axes, opset)
-        _save_proto(proto, path, big)
-    else:
-        _save_program(_export_dynamo(module, args, input_names, output_names, dynamic_axes,
-                                     opset), path, big)
+    with _EXPORT_LOCK:
+        if isinstance(module, torch.jit.ScriptModule):
+            proto = _export_script(module, args, input_names, output_names, dynamic_axes,
+                                   opset)
+            _save_proto(proto, path, big)
+        else:
+            _save_program(_export_dynamo(module, args, input_names, output_names,
+                                         dynamic_axes, opset), path, big)
     return path
 
 
