@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
+from collections.abc import Awaitable, Callable
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -24,6 +25,8 @@ from turboinfer.serve.request_log import refused_with
 log = logging.getLogger(__name__)
 
 Headers = list[tuple[bytes, bytes]]
+# The request body given its Content-Length, Content-Encoding and the limit it must keep.
+BodyReader = Callable[[bytes | None, bytes | None, int], Awaitable[bytes]]
 
 # Above this many bytes a JSON body is decoded off the event loop, so one 10 MB request
 # does not stall every other connection.
@@ -80,7 +83,12 @@ def infer_target(scope: Scope) -> tuple[str, str | None] | None:
     """(model, version) when the scope is ``POST /v2/models/M[/versions/V]/infer``."""
     if scope["type"] != "http" or scope["method"] != "POST":
         return None
-    parts = scope["path"].split("/")
+    return infer_path(scope["path"])
+
+
+def infer_path(path: str) -> tuple[str, str | None] | None:
+    """(model, version) when ``path`` is ``/v2/models/M[/versions/V]/infer``."""
+    parts = path.split("/")
     if parts[-1] != "infer" or parts[1:3] != ["v2", "models"]:
         return None
     if len(parts) == 5:
@@ -88,6 +96,18 @@ def infer_target(scope: Scope) -> tuple[str, str | None] | None:
     if len(parts) == 7 and parts[4] == "versions":
         return parts[3], parts[5]
     return None
+
+
+def held_body(data: bytes) -> BodyReader:
+    """A ``BodyReader`` for a body already received whole."""
+
+    async def read(length: bytes | None, encoding: bytes | None, limit: int) -> bytes:
+        if len(data) > limit:
+            raise PayloadTooLargeError(f"request body of {len(data)} bytes exceeds the "
+                                       f"limit of {limit} bytes")
+        return decompress(data, encoding.decode("latin-1"), limit) if encoding else data
+
+    return read
 
 
 class InferEndpoint:
@@ -106,23 +126,34 @@ class InferEndpoint:
         if target is None:
             await self.fallback(scope, receive, send)
             return
+
+        async def body(length: bytes | None, encoding: bytes | None, limit: int) -> bytes:
+            return await read_body(receive, length, encoding, limit)
+
+        status, headers, content = await self.answer(scope["path"], target,
+                                                     scope["headers"], body)
+        # An explicit length: without it uvicorn would send the body chunked.
+        headers = [*headers, (b"content-length", str(len(content)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    async def answer(self, path: str, target: tuple[str, str | None], headers: Headers,
+                     body: BodyReader) -> tuple[int, Headers, bytes]:
+        """Status, headers (without the length) and body of the reply to one infer
+        request; ``body`` gives the request body (refusing one over the limit)."""
         try:
-            status, headers, body = await self._infer(scope, receive, *target)
+            return await self._infer(headers, body, *target)
         except Exception as exc:  # the client gets the protocol's error shape either way
             if not isinstance(exc, TurboinferError):
                 log.exception("infer failed")
-            refused_with(scope["method"], scope["path"], exc)
-            status, headers, body = error_reply(exc)
-        # An explicit length: without it uvicorn would send the body chunked.
-        headers = [*headers, (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+            refused_with("POST", path, exc)
+            return error_reply(exc)
 
-    async def _infer(self, scope: Scope, receive: Receive, model: str, version: str | None
-                     ) -> tuple[int, Headers, bytes]:
+    async def _infer(self, request_headers: Headers, read: BodyReader, model: str,
+                     version: str | None) -> tuple[int, Headers, bytes]:
         self.core.admit(model)
         length = encoding = header = None
-        for name, value in scope["headers"]:
+        for name, value in request_headers:
             if name == b"content-length":
                 length = value
             elif name == b"inference-header-content-length":
@@ -136,7 +167,7 @@ class InferEndpoint:
         reserved = budget.take(int(length) if length is not None and length.isdigit()
                                and int(length) <= limit else limit)
         try:
-            body = await read_body(receive, length, encoding, limit)
+            body = await read(length, encoding, limit)
             if header_length is None and len(body) > OFFLOAD_BYTES:
                 request = await asyncio.to_thread(decode_request, body, header_length)
             else:

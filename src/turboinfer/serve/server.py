@@ -23,11 +23,12 @@ from typing import Any
 import uvicorn
 
 from turboinfer.errors import ConfigError
-from turboinfer.listening import JsonErrorHttp, QuietUvicorn, listen, stop_on_signals
+from turboinfer.listening import QuietUvicorn, listen, stop_on_signals
 from turboinfer.models.zoo import names as zoo_names
 from turboinfer.serve.app import create_app
 from turboinfer.serve.core import ModelControl, ServerCore, ServerSettings
 from turboinfer.serve.engine_threads import leave_running_engines
+from turboinfer.serve.infer_http import infer_protocol
 from turboinfer.serve.metrics import Metrics
 from turboinfer.serve.repository import Repository
 from turboinfer.serve.sources import ModelSource, scan_directory, zoo_sources
@@ -72,9 +73,11 @@ def build_core(settings: ServerSettings) -> ServerCore:
 
 
 def _uvicorn_config(core: ServerCore) -> uvicorn.Config:
+    app = create_app(core)
     return uvicorn.Config(
-        create_app(core), log_level="warning", access_log=False, lifespan="off",
-        loop="none", http=JsonErrorHttp,
+        # Small infer requests are answered by the protocol itself (serve/infer_http.py).
+        app, log_level="warning", access_log=False, lifespan="off",
+        loop="none", http=infer_protocol(app),
         # The drain has waited for the requests already (one deadline, see _shutdown).
         timeout_graceful_shutdown=_FLUSH_GRACE_S,
         # Keep-alive long enough that benchmark and client pools are never torn down.
