@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import time
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,14 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from turboinfer.hardware.cgroup import cpu_limit
 from turboinfer.hardware.gpu import GpuSampler
@@ -54,31 +61,12 @@ class Metrics:
         self.registry = CollectorRegistry()
         ProcessCollector(namespace=PREFIX, registry=self.registry)
         r = self.registry
-        self.success = Counter(f"{PREFIX}_request_success", "Successful inference requests",
-                               LABELS, registry=r)
+        # The per-version counters, histograms and the pending gauge are not
+        # prometheus_client families: serving a request updates plain fields of its
+        # VersionStats on the event loop (no lock per update, no bucket loop), and
+        # GoldenCollector renders them per scrape with the same names.
         self.failure = Counter(f"{PREFIX}_request_failure", "Failed inference requests",
                                (*LABELS, "reason"), registry=r)
-        self.inferences = Counter(f"{PREFIX}_inference", "Inferences (rows) performed",
-                                  LABELS, registry=r)
-        self.executions = Counter(f"{PREFIX}_execution", "Batches executed", LABELS,
-                                  registry=r)
-        self.request_time = self._histogram("request_duration_seconds",
-                                            "End-to-end request time in the server")
-        self.queue_time = self._histogram("queue_duration_seconds", "Time spent queued")
-        self.compute_time = self._histogram("compute_duration_seconds",
-                                            "Batch compute time (input, infer, output)")
-        # The server's own pre- and post-processing (decoding images, tokenizing text;
-        # labels, pooling): per request that had any, outside queue and compute.
-        self.preprocess_time = self._histogram("preprocess_duration_seconds",
-                                               "Pre-processing time of a request (decode, "
-                                               "tokenize), before it is queued")
-        self.postprocess_time = self._histogram("postprocess_duration_seconds",
-                                                "Post-processing time of a request (labels, "
-                                                "pooling), after its batch ran")
-        self.batch_size = Histogram(f"{PREFIX}_batch_size", "Rows per executed batch",
-                                    LABELS, buckets=BATCH_BUCKETS, registry=r)
-        self.pending = Gauge(f"{PREFIX}_pending_requests", "Requests waiting in queues",
-                             LABELS, registry=r)
         self.loaded = Gauge(f"{PREFIX}_loaded_models", "Model versions loaded and ready",
                             registry=r)
         # Autoscaling and idle unload (serve.autoscale): the instances each version runs
@@ -100,10 +88,6 @@ class Metrics:
         # The versions served, read by the scrape-time collector.
         self.versions: dict[tuple[str, str], VersionStats] = {}
         r.register(GoldenCollector(self, gpus))
-
-    def _histogram(self, name: str, doc: str) -> Histogram:
-        return Histogram(f"{PREFIX}_{name}", doc, LABELS, buckets=LATENCY_BUCKETS,
-                         registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -132,15 +116,39 @@ class Metrics:
     def forget(self, model: str, version: str) -> None:
         """Drop an unloaded version's series so /metrics does not grow forever."""
         self.versions.pop((model, version), None)
-        for family in (self.success, self.inferences, self.executions, self.request_time,
-                       self.queue_time, self.compute_time, self.preprocess_time,
-                       self.postprocess_time, self.batch_size, self.pending,
-                       self.instances, self.cold_start, self.last_cold_start):
+        for family in (self.instances, self.cold_start, self.last_cold_start):
             with contextlib.suppress(KeyError):  # never observed: nothing to remove
                 family.remove(model, version)
         for reason in self._failure_reasons.pop((model, version), ()):
             with contextlib.suppress(KeyError):
                 self.failure.remove(model, version, reason)
+
+
+class LoopHistogram:
+    """A histogram updated from one thread (the event loop): a count per bucket and the
+    sum, without prometheus_client's lock per update and loop over the buckets. A scrape
+    reads it as it stands (a request's update is never half seen: one bucket, then the
+    sum)."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)   # the last: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+        """This histogram as one series of ``family`` (cumulative buckets)."""
+        buckets, total = [], 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            total += count
+            buckets.append((floatToGoString(bound), total))
+        buckets.append(("+Inf", total + self.counts[-1]))
+        family.add_metric(labels, buckets, self.sum)
 
 
 @dataclass
@@ -172,17 +180,14 @@ class VersionStats(BatchObserver):
         self.max_batch_size, self.weight_bytes = max_batch_size, weight_bytes
         self.on_gpu = on_gpu
         self._metrics = metrics
-        labels = (model, version)
-        self._success = metrics.success.labels(*labels)
-        self._inferences = metrics.inferences.labels(*labels)
-        self._executions = metrics.executions.labels(*labels)
-        self._request_time = metrics.request_time.labels(*labels)
-        self._queue_time = metrics.queue_time.labels(*labels)
-        self._compute_time = metrics.compute_time.labels(*labels)
-        self._preprocess_time = metrics.preprocess_time.labels(*labels)
-        self._postprocess_time = metrics.postprocess_time.labels(*labels)
-        self._batch_size = metrics.batch_size.labels(*labels)
-        self._pending = metrics.pending.labels(*labels)
+        self.success_count = 0
+        self.pending = 0
+        self.request_time = LoopHistogram(LATENCY_BUCKETS)
+        self.queue_time = LoopHistogram(LATENCY_BUCKETS)
+        self.compute_time = LoopHistogram(LATENCY_BUCKETS)
+        self.preprocess_time = LoopHistogram(LATENCY_BUCKETS)
+        self.postprocess_time = LoopHistogram(LATENCY_BUCKETS)
+        self.batch_size = LoopHistogram(BATCH_BUCKETS)
         self._failures: dict[str, Any] = {}  # reason -> its counter, made on first use
         self.inference_count = 0
         self.execution_count = 0
@@ -195,11 +200,11 @@ class VersionStats(BatchObserver):
 
     # BatchObserver: called by the batcher on the event loop.
     def queued(self, pending: int) -> None:
-        self._pending.set(pending)
+        self.pending = pending
 
     def dequeued(self, queue_s: float) -> None:
         self.queue.add(queue_s)
-        self._queue_time.observe(queue_s)
+        self.queue_time.observe(queue_s)
 
     def batch(self, rows: int, requests: int, input_s: float, infer_s: float,
               output_s: float) -> None:
@@ -215,22 +220,20 @@ class VersionStats(BatchObserver):
             target.compute_input.add(input_s, times)
             target.compute_infer.add(infer_s, times)
             target.compute_output.add(output_s, times)
-        self._inferences.inc(rows)
-        self._executions.inc()
-        self._batch_size.observe(rows)
-        self._compute_time.observe(input_s + infer_s + output_s)
+        self.batch_size.observe(rows)
+        self.compute_time.observe(input_s + infer_s + output_s)
 
     def preprocessed(self, seconds: float) -> None:
-        self._preprocess_time.observe(seconds)
+        self.preprocess_time.observe(seconds)
 
     def postprocessed(self, seconds: float) -> None:
-        self._postprocess_time.observe(seconds)
+        self.postprocess_time.observe(seconds)
 
     def request(self, seconds: float, pending: int) -> None:
         self.success.add(seconds)
-        self._success.inc()
-        self._request_time.observe(seconds)
-        self._pending.set(pending)
+        self.success_count += 1
+        self.request_time.observe(seconds)
+        self.pending = pending
 
     def failed(self, seconds: float, reason: str, pending: int) -> None:
         self.fail.add(seconds)
@@ -239,7 +242,7 @@ class VersionStats(BatchObserver):
             counter = self._failures[reason] = self._metrics.failure_counter(
                 self.model, self.version, reason)
         counter.inc()
-        self._pending.set(pending)
+        self.pending = pending
 
     def to_dict(self) -> dict[str, Any]:
         """One entry of Triton's ``model_stats`` list."""
@@ -387,13 +390,45 @@ class GoldenCollector(Collector):
             f"{PREFIX}_weight_bytes_read",
             "Executions x weight bytes: a proxy for memory traffic, not a measurement",
             labels=LABELS)
+        counters = [CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=LABELS)
+                    for name, doc in _COUNTERS]
+        histograms = [HistogramMetricFamily(f"{PREFIX}_{name}", doc, labels=LABELS)
+                      for name, doc in _HISTOGRAMS]
+        pending = GaugeMetricFamily(f"{PREFIX}_pending_requests",
+                                    "Requests waiting in queues", labels=LABELS)
         # A copy: versions load and unload on the event loop while a scrape may run.
         for stats in list(self._metrics.versions.values()):
             labels = [stats.model, stats.version]
+            for counter, value in zip(counters, (stats.success_count, stats.inference_count,
+                                                 stats.execution_count), strict=True):
+                counter.add_metric(labels, value)
+            for series, histogram in zip(histograms, (
+                    stats.request_time, stats.queue_time, stats.compute_time,
+                    stats.preprocess_time, stats.postprocess_time, stats.batch_size),
+                    strict=True):
+                histogram.add_to(series, labels)
+            pending.add_metric(labels, stats.pending)
             max_batch.add_metric(labels, stats.max_batch_size)
             if stats.max_batch_size > 0 and stats.execution_count:
                 efficiency.add_metric(labels, stats.inference_count / (
                     stats.execution_count * stats.max_batch_size))
             weights.add_metric(labels, stats.weight_bytes)
             read.add_metric(labels, stats.execution_count * stats.weight_bytes)
-        yield from (max_batch, efficiency, weights, read)
+        yield from (*counters, *histograms, pending, max_batch, efficiency, weights, read)
+
+
+# The per-version families GoldenCollector renders from VersionStats: name, help.
+_COUNTERS = (("request_success", "Successful inference requests"),
+             ("inference", "Inferences (rows) performed"),
+             ("execution", "Batches executed"))
+_HISTOGRAMS = (
+    ("request_duration_seconds", "End-to-end request time in the server"),
+    ("queue_duration_seconds", "Time spent queued"),
+    ("compute_duration_seconds", "Batch compute time (input, infer, output)"),
+    # The server's own pre- and post-processing (decoding images, tokenizing text;
+    # labels, pooling): per request that had any, outside queue and compute.
+    ("preprocess_duration_seconds",
+     "Pre-processing time of a request (decode, tokenize), before it is queued"),
+    ("postprocess_duration_seconds",
+     "Post-processing time of a request (labels, pooling), after its batch ran"),
+    ("batch_size", "Rows per executed batch"))
