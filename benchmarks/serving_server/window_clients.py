@@ -16,7 +16,8 @@ Per cell the median over rounds of throughput, p50 and p99. Then ``doctor URL`` 
 each server for a few seconds while 2 clients load it, and the rules it fired are
 recorded: the baseline's fixed wait is the symptom ``batch_window`` names.
 
-Raw figures, the machine and the load averages go to ``window_clients.json``.
+Raw figures, the machine and the load averages go to ``window_clients.json`` (or
+``--output``).
 """
 
 from __future__ import annotations
@@ -159,6 +160,8 @@ def main() -> None:
     parser.add_argument("--max-windows", type=int, default=3)
     parser.add_argument("--poisson-s", type=float, default=4.0)
     parser.add_argument("--rates", default="200,1000,3000")
+    parser.add_argument("--output", default="window_clients.json",
+                        help="file name for the raw results, beside this script")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     sources = {"current": SRC, "baseline": args.baseline_src.resolve()}
@@ -215,7 +218,7 @@ def main() -> None:
         "summary": summary, "verdicts": verdicts(summary), "doctor_at_2_clients": fired,
         "raw": raw,
     }
-    (HERE / "window_clients.json").write_text(json.dumps(result, indent=1) + "\n")
+    (HERE / args.output).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({"verdicts": result["verdicts"],
                       "doctor": {k: sorted(v) for k, v in fired.items()}}, indent=1))
 
