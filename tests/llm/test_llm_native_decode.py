@@ -14,7 +14,9 @@ from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
 from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.backends.torch.lean_decode import LeanDecoder
-from turboinfer.llm.model.config import QuantMode
+from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.sampling_params import SamplingParams
+from turboinfer.llm.model.config import EngineConfig, QuantMode
 from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.model.loader import load_model
 
@@ -160,6 +162,63 @@ def test_greedy_steps_in_one_call_match_step_by_step(tiny_llama_dir: Path, nativ
     torch.testing.assert_close(one_call.kv_cache.k, stepped.kv_cache.k)
     with pytest.raises(ValueError, match="block for position"):
         one_call.greedy([1], 19, table, 3)
+
+
+@pytest.mark.parametrize("mode", [QuantMode.NONE, QuantMode.INT8])
+def test_greedy_rows_are_the_argmax_of_every_row_of_forward(tiny_llama_dir: Path,
+                                                           native_only: None,
+                                                           mode: QuantMode) -> None:
+    """A plain greedy step (one row) and a verification (several) in one C call: each
+    row's argmax of ``forward``'s logits, the same cache writes, a short table refused."""
+    model = _native_model(tiny_llama_dir, mode)
+    table = [2, 0, 4, 1, 3]
+    fused = NativeDecoder.build(model, model.allocate_kv_cache(5, 4))
+    plain = NativeDecoder.build(model, model.allocate_kv_cache(5, 4))
+    assert fused is not None and plain is not None
+    prompt = [(5 * j + 1) % 128 for j in range(7)]
+    start = 0
+    for feed in (prompt, [9], [17, 4, 88, 2, 60, 31], [5]):
+        got = fused.greedy_rows(feed, start, table)
+        logits = plain.forward(feed, start, table, len(feed))
+        assert got == logits.argmax(dim=-1).tolist()
+        start += len(feed)
+    torch.testing.assert_close(fused.kv_cache.k, plain.kv_cache.k, rtol=0, atol=0)
+    torch.testing.assert_close(fused.kv_cache.v, plain.kv_cache.v, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="block for position"):
+        fused.greedy_rows([1, 2], 19, table)
+
+
+def test_the_engine_decodes_a_lone_greedy_sequence_through_greedy_rows(
+        tiny_llama_dir: Path, native_only: None) -> None:
+    """Plain greedy decoding of one request takes the one-call path (no logits come
+    back) and gives the tokens the logits path gives; logprobs keep the logits path."""
+    engine = LLMEngine(_native_model(tiny_llama_dir, QuantMode.NONE),
+                       EngineConfig(block_size=4, num_blocks=32, num_threads=1))
+    prompt = [(7 * j + 3) % 128 for j in range(9)]
+    greedy = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    with_logprobs = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, logprobs=0)
+    runner = engine.runner
+    calls: list[int] = []
+    original = runner.greedy_rows
+
+    def counted(item: StepItem) -> list[int] | None:
+        calls.append(len(item.token_ids))
+        return original(item)
+
+    runner.greedy_rows = counted  # type: ignore[method-assign]
+
+    def generate(params: SamplingParams) -> list[int]:
+        seq = engine.add_request(prompt, params)
+        while engine.has_unfinished():
+            engine.step()
+        return list(seq.output_token_ids)
+
+    fused = generate(greedy)
+    assert calls and set(calls) == {1}      # every decode step took it
+    calls.clear()
+    logits_path = generate(with_logprobs)
+    assert not calls
+    assert fused == logits_path
 
 
 def test_fp32_layers_without_a_native_pick_get_their_own(tiny_llama_dir: Path,

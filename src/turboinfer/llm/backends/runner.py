@@ -87,6 +87,23 @@ class ModelRunner:
             self._library.set_solo(backend is self.general)
         return backend.run(items)
 
+    @torch.inference_mode()
+    def greedy_rows(self, item: StepItem) -> list[int] | None:
+        """The greedy choice after each of ``item``'s tokens (all its rows' logits asked
+        for), in one native call where a lone sequence's step runs on the native decoder
+        with a native LM head; None elsewhere (then ``run`` and an argmax)."""
+        if self._on_gpu or item.num_logits != len(item.token_ids):
+            return None
+        decoder = select.choose_step([item], self._lone, self._batched)
+        if not isinstance(decoder, NativeDecoder):
+            return None
+        if self._library is not None:
+            self._library.set_solo(False)
+        ids = decoder.greedy_rows(item.token_ids, item.start, item.block_table)
+        if ids is not None:
+            self.num_forwards += 1
+        return ids
+
     def _device(self) -> GraphDecoder | None:
         """The graphed decoder on a GPU, once settled (measured, or forced)."""
         if not self._device_settled:

@@ -152,6 +152,8 @@ class LLMEngine:
     def _run_plain(self, work: list[tuple[Sequence, int]]) -> list[Sequence]:
         if not work:
             return []
+        if len(work) == 1 and (decoded := self._greedy_decode(*work[0])) is not None:
+            return decoded
         items = []
         for seq, n in work:
             start = seq.num_computed_tokens
@@ -174,6 +176,23 @@ class LLMEngine:
             self._append(seq, [token], logits, i)
         return sampled
 
+    def _greedy_decode(self, seq: Sequence, n: int) -> list[Sequence] | None:
+        """A lone greedy sequence's decode step as one native call that returns the
+        token (``ModelRunner.greedy_rows``): no logits back in Python, no sampler. None
+        where that does not apply (the step is not one token, the request wants logprobs
+        or follows a grammar, or the step does not run natively)."""
+        start = seq.num_computed_tokens
+        if (n != 1 or start + 1 != seq.num_tokens or not _plain_greedy(seq)):
+            return None
+        ids = self.runner.greedy_rows(StepItem(seq.token_ids[start:], start, seq.block_table,
+                                               1))
+        if ids is None:
+            return None
+        seq.num_computed_tokens += 1
+        self.block_manager.commit(seq)
+        self._append(seq, ids, None, 0)
+        return [seq]
+
     def _run_speculative(self, seqs: list[Sequence]) -> list[Sequence]:
         assert self.proposer is not None
         # Never draft past the context or the request's token limit.
@@ -183,13 +202,21 @@ class LLMEngine:
         proposals = self.proposer.propose(seqs, limits)
         items = [StepItem([s.token_ids[-1], *p.tokens], s.num_computed_tokens, s.block_table,
                           1 + len(p.tokens)) for s, p in zip(seqs, proposals, strict=True)]
-        logits = self.runner.run(items)
-        params = [s.params for s, p in zip(seqs, proposals, strict=True)
-                  for _ in range(1 + len(p.tokens))]
-        all_greedy = all(p.greedy for p in params)
-        # Greedy rows need only the argmax; probabilities only for sampled requests.
-        argmax = logits.argmax(dim=-1).tolist() if all_greedy else []
-        probs = None if all_greedy else logits_to_probs(logits, params)
+        # A lone greedy sequence: the target's choice after each row in one native call.
+        found = (self.runner.greedy_rows(items[0])
+                 if len(seqs) == 1 and _plain_greedy(seqs[0]) else None)
+        logits: torch.Tensor | None = None
+        probs = None
+        if found is not None:
+            argmax = found
+        else:
+            logits = self.runner.run(items)
+            params = [s.params for s, p in zip(seqs, proposals, strict=True)
+                      for _ in range(1 + len(p.tokens))]
+            all_greedy = all(p.greedy for p in params)
+            # Greedy rows need only the argmax; probabilities only for sampled requests.
+            argmax = logits.argmax(dim=-1).tolist() if all_greedy else []
+            probs = None if all_greedy else logits_to_probs(logits, params)
         row = 0
         for seq, proposal in zip(seqs, proposals, strict=True):
             k = len(proposal.tokens)
@@ -215,11 +242,13 @@ class LLMEngine:
         s.accepted += emitted - 1
         s.emitted += emitted
 
-    def _append(self, seq: Sequence, tokens: list[int], logits: torch.Tensor,
+    def _append(self, seq: Sequence, tokens: list[int], logits: torch.Tensor | None,
                 row: int) -> None:
         """Append sampled tokens; token i came from ``logits[row + i]`` (sliced only for
-        logprobs: a view per sequence per step is overhead the rest never needs)."""
+        logprobs: a view per sequence per step is overhead the rest never needs; None
+        where the request asked for none)."""
         if seq.params.logprobs is not None:
+            assert logits is not None
             seq.logprobs += token_logprobs(logits[row:row + len(tokens)], tokens,
                                            seq.params.logprobs)
         for token in tokens:
@@ -257,3 +286,8 @@ class LLMEngine:
         running = self.scheduler.running
         return (self.block_manager.num_used_blocks, self.block_manager.num_blocks,
                 sum(s.num_tokens for s in running))
+
+
+def _plain_greedy(seq: Sequence) -> bool:
+    """Greedy, without logprobs or a grammar: its tokens are the logits' argmax alone."""
+    return seq.params.greedy and seq.params.logprobs is None and seq.guide is None

@@ -150,6 +150,11 @@ class NativeDecoder:
         # LM head's pick for few rows is its one-row winner (2048x256 at 4 rows on the
         # demo model: 0.26 ms on MKL's one-row choice, 0.05-0.1 native).
         self.head_rows = head or model.lm_head
+        # greedy_rows' LM head: the native kernel, where it is also what forward would
+        # call (at one row forward calls the one-row pick, which may be another kernel).
+        self._rows_head = native_linear(head) if head is not None else None
+        self._one_row_head = head is not None and self.lm_head is head
+        self._logits = torch.empty(0)     # greedy_rows' logits, grown to the rows asked
         self.f32_prefetch: PrefetchChoice | None = None    # set by build
 
     @classmethod
@@ -233,6 +238,37 @@ class NativeDecoder:
         last = x.view(rows, -1)[rows - num_logits:]
         # The one-row kernel may be packed for one row: more rows take another.
         return (self.lm_head(last) if num_logits == 1 else self.head_rows(last)).float()
+
+    def greedy_rows(self, tokens: list[int], start: int,
+                    block_table: list[int]) -> list[int] | None:
+        """As ``forward(tokens, start, block_table, len(tokens))`` followed by each row's
+        argmax, in one call into C: the greedy choice after every fed token (a plain
+        greedy decode step, a speculative verification). None where the LM head forward
+        would use for these rows is not a native kernel (then the choices could differ
+        in rounding)."""
+        rows = len(tokens)
+        head = self._rows_head
+        if head is None or (rows == 1 and not self._one_row_head):
+            return None
+        used = (start + rows - 1) // self.block_size + 1
+        if len(block_table) < used:
+            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
+                             f"position {start + rows - 1}")
+        vocab = head.n
+        if self._logits.numel() < rows * vocab:
+            self._logits = torch.empty(rows * vocab)
+        x = (self.embed[tokens[0]].clone() if rows == 1
+             else self.embed.index_select(0, torch.tensor(tokens, dtype=torch.long)))
+        table = torch.tensor(block_table[:used], dtype=torch.long)
+        out = torch.empty(rows, dtype=torch.long)
+        rc = self.lib.greedy_rows(ctypes.addressof(self.layers), *self.dims, self.eps,
+                                  self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
+                                  self.sin.data_ptr(), table.data_ptr(), self.block_size,
+                                  ctypes.addressof(head), start, rows, x.data_ptr(),
+                                  self._logits.data_ptr(), out.data_ptr())
+        if rc:
+            raise MemoryError("native greedy rows: no memory for their buffers")
+        return out.tolist()
 
     def can_run_greedy(self) -> bool:
         return self.native_head is not None

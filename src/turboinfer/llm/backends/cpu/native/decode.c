@@ -16,6 +16,8 @@
  *     output.
  *   - ti_greedy_steps: greedy steps of one sequence, LM head and argmax included (a
  *     speculative draft's proposal).
+ *   - ti_greedy_rows: one step over a few rows of one sequence and every row's greedy
+ *     choice (a plain greedy decode step, a speculative verification).
  * Compiled into one library with kernels.c and threads.c (loader.py); the linear layers
  * of a step run on threads.c's split of kernels.c's kernels.
  */
@@ -657,6 +659,25 @@ int ti_greedy_steps(const ti_layer *layers, int64_t num_layers, int64_t hidden, 
     }
     free(x);
     return rc;
+}
+
+/* The greedy choice after each of rows new tokens of one sequence: one step over the
+ * rows (x: their embeddings in, the final-normed states out), the LM head over every
+ * row into logits [rows, vocab] and each row's argmax into out. A plain greedy decode
+ * step (one row) and a speculative verification (the proposal's rows) need no more;
+ * the LM head is the same native kernel the step's Python path calls, so the choices
+ * are those of that path's logits. */
+int ti_greedy_rows(const ti_layer *layers, int64_t num_layers, int64_t hidden, int64_t heads,
+                   int64_t kv_heads, int64_t head_dim, int64_t inner, float eps, float scale,
+                   const float *final_norm, const float *cos, const float *sin_signed,
+                   const int64_t *table, int64_t block_size, const ti_linear *lm_head,
+                   int64_t start, int64_t rows, float *x, float *logits, int64_t *out) {
+    int rc = ti_decode_step(layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps,
+                            scale, final_norm, cos, sin_signed, table, block_size, start, rows,
+                            x);
+    if (rc || (rc = run_linear(lm_head, x, rows, logits))) return rc;
+    for (int64_t r = 0; r < rows; r++) out[r] = argmax(logits + r * lm_head->n, lm_head->n);
+    return 0;
 }
 
 /* ---- structured output ----------------------------------------------------------- */
