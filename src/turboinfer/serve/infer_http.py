@@ -55,6 +55,7 @@ class _Reply:
         "path",
         "protocol",
         "response_complete",
+        "started",
         "target",
     )
 
@@ -64,6 +65,7 @@ class _Reply:
         self.chunks: list[bytes] = []
         self.keep_alive = keep_alive
         self.response_complete = False
+        self.started = False
         self.disconnected = False
         self.message_event = _NO_EVENT
 
@@ -137,19 +139,29 @@ class InferHttp(JsonErrorHttp):
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
         return _Reply(self, path, target, self.headers, keep_alive)
 
-    def on_body(self, body: bytes) -> None:
+    def _gathering(self) -> _Reply | None:
+        """The in-place answer whose request is being read now, if any (an answer
+        already started or done is some earlier request's: an upgrade, which uvicorn
+        leaves without a cycle, goes to uvicorn's callbacks)."""
         cycle = self.cycle
-        if type(cycle) is _Reply:
-            cycle.chunks.append(body)
-        else:
+        if type(cycle) is _Reply and not cycle.started and not self.parser.should_upgrade():
+            return cycle
+        return None
+
+    def on_body(self, body: bytes) -> None:
+        reply = self._gathering()
+        if reply is None:
             super().on_body(body)
+        else:
+            reply.chunks.append(body)
 
     def on_message_complete(self) -> None:
-        cycle = self.cycle
-        if type(cycle) is not _Reply:
+        reply = self._gathering()
+        if reply is None:
             super().on_message_complete()
             return
-        task = self.loop.create_task(cycle.run())
+        reply.started = True
+        task = self.loop.create_task(reply.run())
         tasks = self.tasks
         tasks.add(task)
         task.add_done_callback(tasks.discard)
