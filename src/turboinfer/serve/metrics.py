@@ -180,7 +180,6 @@ class VersionStats(BatchObserver):
         self.max_batch_size, self.weight_bytes = max_batch_size, weight_bytes
         self.on_gpu = on_gpu
         self._metrics = metrics
-        self.success_count = 0
         self.pending = 0
         self.request_time = LoopHistogram(LATENCY_BUCKETS)
         self.queue_time = LoopHistogram(LATENCY_BUCKETS)
@@ -231,7 +230,6 @@ class VersionStats(BatchObserver):
 
     def request(self, seconds: float, pending: int) -> None:
         self.success.add(seconds)
-        self.success_count += 1
         self.request_time.observe(seconds)
         self.pending = pending
 
@@ -399,7 +397,7 @@ class GoldenCollector(Collector):
         # A copy: versions load and unload on the event loop while a scrape may run.
         for stats in list(self._metrics.versions.values()):
             labels = [stats.model, stats.version]
-            for counter, value in zip(counters, (stats.success_count, stats.inference_count,
+            for counter, value in zip(counters, (stats.success.count, stats.inference_count,
                                                  stats.execution_count), strict=True):
                 counter.add_metric(labels, value)
             for series, histogram in zip(histograms, (

@@ -142,17 +142,17 @@ class NativeDecoder:
         self.embed = model.embed_tokens.weight.detach()
         self.lm_head = one_row(model.lm_head)
         head = _native_kernel((self.lm_head, model.lm_head))
-        # For greedy steps without Python between them (a draft's proposal): the LM head's
-        # native kernel, when it has one.
-        self.native_head = (native_linear(head) if head is not None
-                            and self.embed.is_contiguous() else None)
+        # The LM head's native kernel, when it has one: for greedy steps without Python
+        # between them (a draft's proposal, greedy_rows).
+        rows_head = native_linear(head) if head is not None else None
+        self.native_head = rows_head if self.embed.is_contiguous() else None
         # A verification's few rows: the native kernel serves any row count, where the
         # LM head's pick for few rows is its one-row winner (2048x256 at 4 rows on the
         # demo model: 0.26 ms on MKL's one-row choice, 0.05-0.1 native).
         self.head_rows = head or model.lm_head
         # greedy_rows' LM head: the native kernel, where it is also what forward would
         # call (at one row forward calls the one-row pick, which may be another kernel).
-        self._rows_head = native_linear(head) if head is not None else None
+        self._rows_head = rows_head
         self._one_row_head = head is not None and self.lm_head is head
         self._logits = torch.empty(0)     # greedy_rows' logits, grown to the rows asked
         self.f32_prefetch: PrefetchChoice | None = None    # set by build
@@ -213,6 +213,20 @@ class NativeDecoder:
         values to the cache, return the next token's ``[1, vocab]`` float logits."""
         return self.forward([token], position, block_table, 1)
 
+    def _step_inputs(self, tokens: list[int], start: int,
+                     block_table: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's activations (the tokens' embeddings, a copy the C step overwrites)
+        and the block table as far as the step reads it; a table too short is refused
+        (the C step would read past it)."""
+        rows = len(tokens)
+        used = (start + rows - 1) // self.block_size + 1
+        if len(block_table) < used:
+            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
+                             f"position {start + rows - 1}")
+        x = (self.embed[tokens[0]].clone() if rows == 1
+             else self.embed.index_select(0, torch.tensor(tokens, dtype=torch.long)))
+        return x, torch.tensor(block_table[:used], dtype=torch.long)
+
     @torch.inference_mode()
     def forward(self, tokens: list[int], start: int, block_table: list[int],
                 num_logits: int) -> torch.Tensor:
@@ -220,13 +234,7 @@ class NativeDecoder:
         rows: the attention is one query row at a time); returns the last
         ``num_logits`` rows' ``[num_logits, vocab]`` float logits."""
         rows = len(tokens)
-        used = (start + rows - 1) // self.block_size + 1
-        if len(block_table) < used:     # the C step would read past the table
-            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
-                             f"position {start + rows - 1}")
-        x = (self.embed[tokens[0]].clone() if rows == 1
-             else self.embed.index_select(0, torch.tensor(tokens, dtype=torch.long)))
-        table = torch.tensor(block_table[:used], dtype=torch.long)
+        x, table = self._step_inputs(tokens, start, block_table)
         rc = self.lib.decode_step(ctypes.addressof(self.layers), *self.dims, self.eps,
                                   self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
                                   self.sin.data_ptr(), table.data_ptr(), self.block_size,
@@ -250,16 +258,9 @@ class NativeDecoder:
         head = self._rows_head
         if head is None or (rows == 1 and not self._one_row_head):
             return None
-        used = (start + rows - 1) // self.block_size + 1
-        if len(block_table) < used:
-            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
-                             f"position {start + rows - 1}")
-        vocab = head.n
-        if self._logits.numel() < rows * vocab:
-            self._logits = torch.empty(rows * vocab)
-        x = (self.embed[tokens[0]].clone() if rows == 1
-             else self.embed.index_select(0, torch.tensor(tokens, dtype=torch.long)))
-        table = torch.tensor(block_table[:used], dtype=torch.long)
+        x, table = self._step_inputs(tokens, start, block_table)
+        if self._logits.numel() < rows * head.n:
+            self._logits = torch.empty(rows * head.n)
         out = torch.empty(rows, dtype=torch.long)
         rc = self.lib.greedy_rows(ctypes.addressof(self.layers), *self.dims, self.eps,
                                   self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
