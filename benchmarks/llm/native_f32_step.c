@@ -1,16 +1,22 @@
 /* The demo target's decode step through the native fp32 kernel, from C: the step's 25
  * products in order (6 layers of qkv 512x256, o 256x256, gate/up 1536x256, down 256x768,
- * then the 2048x256 LM head; 19 MB of weights) at 1-8 activation rows, as a speculative
+ * then the 2048x256 LM head; 19 MB of weights) at 1-9 activation rows, as a speculative
  * verification runs them, for this revision's kernels.c and another's, interleaved
- * (pass by pass, row count by row count, one variant then the other), one thread.
+ * (pass by pass, row count by row count, the variants' order alternating), one thread.
  *
- *   git show REV:src/turboinfer/llm/backends/cpu/native/kernels.c > /tmp/before.c
- *   R="-Dti_f32_linear=before_f32_linear -Dti_int8_linear=before_int8_linear"
- *   R="$R -Dti_int4_linear=before_int4_linear -Dti_simd_level=before_simd_level"
- *   cc -O3 -march=native $R -c /tmp/before.c -o /tmp/before.o
- *   cc -O3 -march=native -I. -DKERNELS='"src/turboinfer/llm/backends/cpu/native/kernels.c"' \
+ *   N=src/turboinfer/llm/backends/cpu/native
+ *   git show REV:$N/kernels.c > /tmp/before.c
+ *   R=$(for f in f32_linear int8_linear int4_linear q8_linear simd_level f32_wide \
+ *       set_prefetch set_prefetch_for prefetch_bytes i8_levels quantize_i8_blocks; \
+ *       do printf -- "-Dti_$f=before_$f "; done)
+ *   cc -O3 -march=native $R -I$N -c /tmp/before.c -o /tmp/before.o
+ *   cc -O3 -march=native -I. -I$N -DKERNELS="\"$N/kernels.c\"" \
  *      benchmarks/llm/native_f32_step.c /tmp/before.o -o /tmp/f32_step -lm
- *   /tmp/f32_step [copies] [passes]
+ *   /tmp/f32_step [copies] [passes] [f32=THIS,BEFORE]
+ *
+ * f32=THIS,BEFORE: each variant's fp32 prefetch setting (the library's "f32" setting,
+ * which a model's load measures; 256 each unless given): on 512-bit registers the bytes
+ * its first pass fetches ahead, on 256-bit tiles 0 (off) or not (the next tile).
  *
  * copies: copies of the model's weights, one per step in turn (1, the default: what stays
  * in the L3 between steps stays, as in a decode loop; 3: 57 MB, from memory). Prints the
@@ -28,10 +34,11 @@
 #include <time.h>
 #include KERNELS
 
+int64_t before_set_prefetch_for(int kind, int64_t bytes);
 int before_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                       const float *bias, int64_t n, int64_t kp, float *y);
 
-enum { PRODUCTS = 25, ROWS = 8, MAX_PASSES = 201 };
+enum { PRODUCTS = 25, ROWS = 9, MAX_PASSES = 201 };
 
 static double now(void) {
     struct timespec t;
@@ -51,6 +58,12 @@ int main(int argc, char **argv) {
     int copies = argc > 1 ? atoi(argv[1]) : 1;
     int passes = argc > 2 ? atoi(argv[2]) : 31;
     int pages = argc > 3 && !strcmp(argv[3], "pages");
+    long f32_this = 256, f32_before = 256;
+    if (argc > 3 && !strncmp(argv[3], "f32=", 4)
+        && sscanf(argv[3] + 4, "%ld,%ld", &f32_this, &f32_before) != 2)
+        return 2;
+    ti_set_prefetch_for(TI_PREFETCH_F32, f32_this);
+    before_set_prefetch_for(TI_PREFETCH_F32, f32_before);
     if (copies < 1 || passes < 1 || passes > MAX_PASSES) return 2;
     static const int layer[][2] = {{512, 256}, {256, 256}, {1536, 256}, {256, 768}};
     int ns[PRODUCTS], ks[PRODUCTS];
@@ -79,22 +92,28 @@ int main(int argc, char **argv) {
             w[(size_t)v * copies * PRODUCTS + c] = m;
         }
     }
-    float *x = malloc(ROWS * 768 * 4), *y = malloc(ROWS * 2048 * 4);
+    /* Aligned as torch's tensors are: a 512-bit load of a row straddles no cache line. */
+    float *x = aligned_alloc(64, ROWS * 768 * 4), *y = aligned_alloc(64, ROWS * 2048 * 4);
     for (int i = 0; i < ROWS * 768; i++) x[i] = (i % 5) * 0.1f;
     const linear_fn fns[2] = {ti_f32_linear, pages ? ti_f32_linear : before_f32_linear};
     static double ms[2][ROWS][MAX_PASSES];
     int step = 0;
     for (int p = 0; p < passes; p++)
         for (int r = 1; r <= ROWS; r++)
-            for (int v = 0; v < 2; v++) {
+            for (int i = 0; i < 2; i++) {
+                /* ABBA: one variant first in even passes, the other in odd ones (run
+                 * second, a variant found the caches as the other left them: 2-7% on a
+                 * one-row step in an A/A run with a fixed order). */
+                int v = p % 2 ? 1 - i : i;
                 float *const *m = w + (size_t)(pages ? v : 0) * copies * PRODUCTS
                                   + (size_t)(step++ % copies) * PRODUCTS;
                 double t0 = now();
                 for (int i = 0; i < PRODUCTS; i++) fns[v](x, r, ks[i], m[i], NULL, ns[i], ks[i], y);
                 ms[v][r - 1][p] = (now() - t0) * 1e3;
             }
-    printf("{\"copies\": %d, \"passes\": %d, \"compared\": \"%s\", \"median_ms\": {", copies,
-           passes, pages ? "huge pages (this) / 4 KiB pages (before)" : "revisions");
+    printf("{\"copies\": %d, \"passes\": %d, \"f32_setting\": [%ld, %ld], \"compared\": \"%s\", "
+           "\"median_ms\": {", copies, passes, f32_this, f32_before,
+           pages ? "huge pages (this) / 4 KiB pages (before)" : "revisions");
     for (int v = 0; v < 2; v++) {
         double med[ROWS];
         for (int r = 0; r < ROWS; r++) {

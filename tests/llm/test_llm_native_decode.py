@@ -242,11 +242,11 @@ def test_fp32_layers_without_a_native_pick_get_their_own(tiny_llama_dir: Path,
     torch.testing.assert_close(native_logits[-1], lean_logits[-1], rtol=1e-4, atol=1e-4)
 
 
-def test_the_fp32_next_tile_fetch_is_measured_at_build_and_changes_no_result(
+def test_the_fp32_fetch_ahead_is_measured_at_build_and_changes_no_result(
         tiny_llama_dir: Path, native_only: None) -> None:
-    """The fp32 kernel's fetch of its next tile at several rows is timed off and on when
-    the step is built and the faster is left in force; a verification's logits are the
-    same bits either way. An int8 model has no fp32 layer to time, and a draft's step is
+    """The fp32 kernel's fetch ahead at several rows is timed at each of its settings when
+    the step is built and the fastest is left in force; a verification's logits are the
+    same bits at every setting. An int8 model has no fp32 layer to time, and a draft's step is
     not asked to: the setting stays."""
     library = native_status().library
     assert library is not None
@@ -257,16 +257,17 @@ def test_the_fp32_next_tile_fetch_is_measured_at_build_and_changes_no_result(
         assert decoder is not None and decoder.f32_prefetch is not None
         timings = decoder.f32_prefetch.step_ms["f32"]
         chosen = decoder.f32_prefetch.chosen["f32"]
-        assert set(timings) == set(prefetch.F32_SETTINGS)
+        settings = prefetch.f32_settings(library)
+        assert set(timings) == set(settings)
         assert timings[chosen] == min(timings.values())
         assert library.set_prefetch(-1, "f32") == chosen
         prompt, more = [(5 * j + 1) % 128 for j in range(7)], [9, 40, 77, 3, 12, 6, 50]
         logits = []
-        for setting in prefetch.F32_SETTINGS:
+        for setting in settings:
             library.set_prefetch(setting, "f32")
             decoder.forward(prompt, 0, [2, 0, 3, 1, 5, 4], 1)
             logits.append(decoder.forward(more, len(prompt), [2, 0, 3, 1, 5, 4], len(more)))
-        assert torch.equal(logits[0], logits[1])
+        assert all(torch.equal(logits[0], other) for other in logits[1:])
         library.set_prefetch(256, "f32")
         int8 = _native_model(tiny_llama_dir, QuantMode.INT8)
         quantized = NativeDecoder.build(int8, int8.allocate_kv_cache(6, 4))

@@ -125,6 +125,29 @@ def test_fp32_kernel_at_every_row_count_of_a_verification(library: NativeLibrary
             torch.testing.assert_close(kernel(x), F.linear(x, weight), atol=1e-5, rtol=1e-5)
 
 
+def test_fp32_rows_of_a_many_row_call_equal_one_row_calls(library: NativeLibrary) -> None:
+    """Where the several-row passes add the same products in the same order as the
+    one-row tile (512-bit registers, and the plain C build), each row of a call is its
+    one-row call bit for bit, at every split into passes and every prefetch setting: a
+    speculative verification's rows give what plain decoding gives."""
+    if library.simd_level and not library.f32_wide:
+        pytest.skip("256-bit tiles of several rows sum in another order (close, not equal)")
+    torch.manual_seed(11)
+    before = library.set_prefetch(-1, "f32")
+    try:
+        for out_features, in_features in ((41, 528), (64, 256), (7, 9)):
+            weight = torch.randn(out_features, in_features) * in_features ** -0.5
+            kernel = NativeF32Kernel(library, weight, None)
+            for rows in (*range(2, 14), 17):      # passes of 2-6, 7 = 4 + 3, 13 = 5 + 4 + 4
+                x = torch.randn(rows, in_features)
+                single = torch.cat([kernel(x[r:r + 1]) for r in range(rows)])
+                for setting in (0, 1024, 4096, 1 << 20):
+                    library.set_prefetch(setting, "f32")
+                    assert torch.equal(kernel(x), single), (out_features, rows, setting)
+    finally:
+        library.set_prefetch(before, "f32")
+
+
 @pytest.mark.parametrize("out_features,in_features", SHAPES)
 @pytest.mark.parametrize("bias", [False, True])
 def test_int8_kernel_is_exact_integer_arithmetic(library: NativeLibrary, out_features: int,
@@ -309,6 +332,30 @@ def haswell(tmp_path_factory: pytest.TempPathFactory) -> NativeLibrary:
                            folder=tmp_path_factory.mktemp("haswell"))
     assert status.library is not None and status.library.simd_level == 2, status.reason
     return status.library
+
+
+def test_fp32_kernel_of_the_avx2_build_at_every_row_count(haswell: NativeLibrary) -> None:
+    """The 256-bit tiles (3 + 2 + ... rows, the next tile fetched or not) that an AVX2
+    machine runs, beside the native build (512-bit passes where the CPU has AVX-512): the
+    product at 1-16 rows, and one row bit for bit the native build's (the same tile)."""
+    native = native_status().library
+    assert native is not None
+    torch.manual_seed(12)
+    before = haswell.set_prefetch(-1, "f32")
+    try:
+        for out_features, in_features in ((41, 528), (12, 9)):
+            weight = torch.randn(out_features, in_features) * in_features ** -0.5
+            avx2, wide = NativeF32Kernel(haswell, weight, None), NativeF32Kernel(native, weight, None)
+            for rows in range(1, 17):
+                x = torch.randn(rows, in_features)
+                for setting in (0, 256):
+                    haswell.set_prefetch(setting, "f32")
+                    got = avx2(x)
+                    torch.testing.assert_close(got, F.linear(x, weight), atol=1e-5, rtol=1e-5)
+                    if rows == 1:
+                        assert torch.equal(got, wide(x))
+    finally:
+        haswell.set_prefetch(before, "f32")
 
 
 def test_int8_kernel_gives_the_same_numbers_with_and_without_vnni(

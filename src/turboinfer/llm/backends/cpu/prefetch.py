@@ -16,10 +16,13 @@ model's steps). ``PrefetchChoice`` records the
 timings (``llm bench --json``).
 
 The fp32 kernel fetches nothing ahead at one row (the hardware prefetcher follows its one
-stream); at several rows (a speculative verification, a batch) it can fetch the next
-tile while it works on this one. That helped on a Zen 3 and cost a Zen 4 10-25% at 2-9
-rows, so ``choose_f32_prefetch`` times the native step's fp32 layers at a few rows, off
-and on, when the step is built.
+stream); at several rows (a speculative verification, a batch) it can fetch ahead while
+it works. With 256-bit tiles it fetches the next tile: that helped on a Zen 3 and cost a
+Zen 4 10-25% at 2-9 rows. On 512-bit registers its first pass of 4 rows or more fetches
+a distance ahead in the weight stream, which on a Zen 4 hid the stream under the
+arithmetic at 4 KiB (4-8 rows 8-20% faster than the hardware prefetcher alone). So
+``choose_f32_prefetch`` times the native step's fp32 layers at a few rows at each of
+``f32_settings(library)`` when the step is built.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ from turboinfer.llm.backends.cpu.kernels import SelectedLinear
 from turboinfer.llm.backends.cpu.native import NativeLibrary
 
 DISTANCES = (256, 1024, 2048, 4096)
-# The fp32 setting: 0, the hardware prefetcher alone; 256 (any other value), the next tile.
+# The fp32 setting with 256-bit tiles: 0, the hardware prefetcher alone; 256 (any other
+# value), the next tile. On 512-bit registers: bytes ahead in the weight stream.
 F32_SETTINGS = (0, 256)
+F32_WIDE_SETTINGS = (0, 1024, 4096, 8192)
 # A verification's rows: prompt lookup's shortest proposal and the draft's default one.
 F32_ROWS = (4, 7)
 # The layers timed, in step order, up to this many bytes of weights: enough to stream
@@ -118,13 +123,18 @@ class F32Linear:
     bias: int | None
 
 
+def f32_settings(library: NativeLibrary) -> tuple[int, ...]:
+    """The fp32 settings measured for ``library``'s kernel."""
+    return F32_WIDE_SETTINGS if library.f32_wide else F32_SETTINGS
+
+
 @torch.inference_mode()
 def choose_f32_prefetch(linears: list[F32Linear], library: NativeLibrary,
                         rows: tuple[int, ...] = F32_ROWS,
                         rounds: int = ROUNDS) -> PrefetchChoice | None:
     """Time ``linears`` (in step order, the first ``F32_SAMPLE_BYTES`` of them) at each of
-    ``rows`` with the fp32 kernel's next-tile fetch off and on, in interleaved rounds;
-    set the faster (the sum over the row counts of the median times) on ``library`` and
+    ``rows`` at each of the kernel's settings (``f32_settings``), in interleaved rounds;
+    set the fastest (the sum over the row counts of the median times) on ``library`` and
     return the choice, its timings keyed by setting. None (unchanged) where there is no
     fp32 layer."""
     if not linears:
@@ -145,7 +155,7 @@ def choose_f32_prefetch(linears: list[F32Linear], library: NativeLibrary,
                 library.f32_linear(inputs[lin.k].data_ptr(), r, lin.k, lin.w, lin.bias,
                                    lin.n, lin.kp, out.data_ptr())
 
-    chosen, step_ms = _choose(library, "f32", F32_SETTINGS, run, _reps(run), rounds,
+    chosen, step_ms = _choose(library, "f32", f32_settings(library), run, _reps(run), rounds,
                               alternate=True)
     return PrefetchChoice({"f32": chosen}, {"f32": step_ms})
 

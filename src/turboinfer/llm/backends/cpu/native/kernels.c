@@ -46,6 +46,12 @@
 #else
 #define TI_VNNI 0
 #endif
+/* AVX-512 F + DQ: the fp32 kernel's several-row passes on 512-bit registers. */
+#if TI_AVX2 && defined(__AVX512F__) && defined(__AVX512DQ__)
+#define TI_F32Z 1
+#else
+#define TI_F32Z 0
+#endif
 
 /* Software prefetch: how many bytes ahead of a weight stream the kernels ask for lines
  * (one per int8 block of 4 x 32 bytes, two per 80-byte int4 record, a 1 KiB AMX tile's
@@ -1087,6 +1093,7 @@ static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out,
     _mm_storeu_ps(out, hsum4_f32(a[0], a[1], a[2], a[3]));
 }
 
+#if !TI_F32Z
 /* Keeps v in a register: without it gcc folds the activation loads into the FMAs as
  * memory operands, reloading each once per output row (12 loads for 8 FMAs at two rows,
  * 32 for 24 at three), and Zen 3 takes two 256-bit loads a cycle: the loads, not the
@@ -1196,6 +1203,80 @@ static void f32_tile_3(const float *w, const float *x, int64_t kp, float *out,
     _mm_storeu_ps(out + ldo, hsum4_f32(a10, a11, a12, a13));
     _mm_storeu_ps(out + 2 * ldo, hsum4_f32(a20, a21, a22, a23));
 }
+#endif
+
+#if TI_F32Z
+/* Up to six activation rows in one pass over a tile, on 512-bit registers: one
+ * accumulator per activation row and output row holds a whole block of 16 columns (24
+ * accumulators, the block's 4 weight vectors and one activation vector: 29 of 32
+ * registers), 4 + R loads for 4R FMAs. Lanes 0-7 of an accumulator are f32_tile_1's a
+ * chain and lanes 8-15 its b chain, the same products added in the same order, and the
+ * halves are added as a + b before the same horizontal sum: each row's outputs equal its
+ * one-row call bit for bit, so a verification's rows give what plain decoding gives.
+ *
+ * The first pass over a tile streams it from memory; with ``ahead`` > 0 it asks for the
+ * lines that many bytes further down the weights (tiles are consecutive: one stream)
+ * while it works. On a Zen 4 (two 256-bit FMA pipes) the 256-bit tiles' 3 + 2 + 2 passes
+ * of 7 rows ran the stream's arrival and the arithmetic one after the other (7 rows in
+ * cache 0.67 ms on the demo model, streamed 0.85-0.90); a first pass of 4 rows that
+ * fetches 4 KiB ahead hides the stream under its FMAs: 4 rows cost what one row costs
+ * (benchmarks/llm/README.md, "fp32 rows on 512-bit registers"). */
+static inline __m256 f32z_fold(__m512 a) {
+    return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+}
+
+/* Named accumulators, not an array: with an array gcc kept a copy of all of them on the
+ * stack (24 512-bit stores before the loop and 24 after it, a fifth of the time at K 256). */
+#define F32Z_ROW(r)                                                                        \
+    if (R > r) {                                                                           \
+        __m512 xv = _mm512_loadu_ps(x + r * kp + k);                                       \
+        __asm__("" : "+v"(xv));     /* one load, not one per FMA (F32_KEEP) */             \
+        a##r##0 = _mm512_fmadd_ps(w0, xv, a##r##0);                                        \
+        a##r##1 = _mm512_fmadd_ps(w1, xv, a##r##1);                                        \
+        a##r##2 = _mm512_fmadd_ps(w2, xv, a##r##2);                                        \
+        a##r##3 = _mm512_fmadd_ps(w3, xv, a##r##3);                                        \
+    }
+#define F32Z_OUT(r)                                                                        \
+    if (R > r)                                                                             \
+        _mm_storeu_ps(out + r * ldo, hsum4_f32(f32z_fold(a##r##0), f32z_fold(a##r##1),     \
+                                               f32z_fold(a##r##2), f32z_fold(a##r##3)));
+
+static inline __attribute__((always_inline)) void f32z_rows(const float *w, const float *x,
+                                                            int64_t kp, float *out,
+                                                            int64_t ldo, int64_t ahead,
+                                                            const int R) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
+    __m512 a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+    __m512 a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
+    for (int64_t k = 0; k < kp; k += 16, w += 64) {
+        __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16),
+               w2 = _mm512_loadu_ps(w + 32), w3 = _mm512_loadu_ps(w + 48);
+        /* Registers: folded into the FMAs as memory operands they load once per row. */
+        __asm__("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3));
+        if (ahead) {    /* prefetches never fault: past the last tile is harmless */
+            const char *p = (const char *)w + ahead;
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p + 64, _MM_HINT_T0);
+            _mm_prefetch(p + 128, _MM_HINT_T0);
+            _mm_prefetch(p + 192, _MM_HINT_T0);
+        }
+        F32Z_ROW(0) F32Z_ROW(1) F32Z_ROW(2) F32Z_ROW(3) F32Z_ROW(4) F32Z_ROW(5)
+    }
+    F32Z_OUT(0) F32Z_OUT(1) F32Z_OUT(2) F32Z_OUT(3) F32Z_OUT(4) F32Z_OUT(5)
+}
+
+#define F32Z_TILE(R)                                                                       \
+    static void f32z_tile_##R(const float *w, const float *x, int64_t kp, float *out,     \
+                              int64_t ldo, int64_t ahead) {                                \
+        f32z_rows(w, x, kp, out, ldo, ahead, R);                                           \
+    }
+F32Z_TILE(2)
+F32Z_TILE(3)
+F32Z_TILE(4)
+F32Z_TILE(5)
+F32Z_TILE(6)
+#endif
 #else
 #define F32_TILE(RB)                                                                       \
     static void f32_tile_##RB(const float *w, const float *x, int64_t kp, float *out,    \
@@ -1213,6 +1294,19 @@ F32_TILE(2)
 F32_TILE(3)
 #endif
 
+#if TI_F32Z
+/* How many of the ``left`` activation rows the next pass over a tile takes: all of them up
+ * to 6, else as evenly as passes of at most 6 allow (7 = 4 + 3: no lone row, whose pass
+ * runs at half the FMA rate). */
+static inline int f32z_take(int64_t left) {
+    if (left <= 6) return (int)left;
+    int64_t passes = (left + 5) / 6;
+    return (int)((left + passes - 1) / passes);
+}
+#endif
+
+int ti_f32_wide(void) { return TI_F32Z; }
+
 int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                   const float *bias, int64_t n, int64_t kp, float *y) {
     float *padded = NULL;
@@ -1222,13 +1316,39 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
         for (int64_t r = 0; r < rows; r++) memcpy(padded + r * kp, x + r * k, (size_t)k * sizeof(float));
         x = padded;
     }
-    float acc[12];
-#if TI_AVX2
+    float acc[24];      /* a partial last tile's outputs, up to 6 rows of 4 */
+#if TI_F32Z
+    /* The f32 setting: how far ahead a first pass of 4 rows or more fetches (0: the
+     * hardware prefetcher alone); measured at load. Fewer rows wait on memory anyway. */
+    const int64_t ahead = prefetch_bytes[TI_PREFETCH_F32];
+#elif TI_AVX2
     const int fetch_next = rows > 1 && kp <= 512 && prefetch_bytes[TI_PREFETCH_F32] > 0;
 #endif
     for (int64_t t = 0; t < n; t += 4) {
         const float *wt = w + t * kp;
         int nb = n - t < 4 ? (int)(n - t) : 4;
+        /* Whole tiles store straight into y; the last, partial one goes through acc. */
+        int64_t ldo = nb == 4 ? n : 4;
+#if TI_F32Z
+        for (int64_t r = 0; r < rows;) {
+            int take = f32z_take(rows - r);
+            float *o = nb == 4 ? y + r * n + t : acc;
+            const float *xr = x + r * kp;
+            int64_t fetch = r == 0 && take >= 4 ? ahead : 0;
+            switch (take) {
+            case 6: f32z_tile_6(wt, xr, kp, o, ldo, fetch); break;
+            case 5: f32z_tile_5(wt, xr, kp, o, ldo, fetch); break;
+            case 4: f32z_tile_4(wt, xr, kp, o, ldo, fetch); break;
+            case 3: f32z_tile_3(wt, xr, kp, o, ldo, 0); break;
+            case 2: f32z_tile_2(wt, xr, kp, o, ldo, 0); break;
+            default: f32_tile_1(wt, xr, kp, o, ldo);
+            }
+            if (nb < 4)
+                for (int a = 0; a < take; a++)
+                    for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
+            r += take;
+        }
+#else
 #if TI_AVX2
         /* Several rows, where the f32 setting asks for it: the next tile is fetched
          * while this one is worked on, a share of it before each row group (on a Zen 3
@@ -1245,8 +1365,6 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
         int prefetch = fetch_next && t + 4 < n;
         int64_t share = (4 * kp / ((rows + 2) / 3) + 15) / 16 * 16, fetched = 0;
 #endif
-        /* Whole tiles store straight into y; the last, partial one goes through acc. */
-        int64_t ldo = nb == 4 ? n : 4;
         /* Rows in threes, the rest in twos (4 = 2 + 2): a lone leftover row on the
          * one-row tile measured as slow as three rows on the three-row one. That makes
          * ceil(rows / 3) groups. */
@@ -1267,6 +1385,7 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                     for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
             r += take;
         }
+#endif
     }
     if (bias)
         for (int64_t r = 0; r < rows; r++)

@@ -34,7 +34,8 @@ DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 AMX_ENV = "TURBOINFER_AMX"                  # "0": leave the AMX kernel out (A/B timing)
 COMPILE_TIMEOUT_S = 120
 # The kernel families with their own prefetch distance, in native.h's TI_PREFETCH_* order
-# (f32: whether the fp32 kernel fetches its next tile at several rows, 0 or not).
+# (f32: the fp32 kernel at several rows: on 512-bit registers how far its first pass
+# fetches ahead, else whether it fetches its next tile, 0 or not).
 PREFETCH_KINDS = ("int8", "int4", "amx", "q8", "f32")
 
 _i64, _ptr, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
@@ -47,6 +48,8 @@ class NativeLibrary:
         self.path = path
         self._cdll = ctypes.CDLL(str(path))
         self.simd_level = int(self._cdll.ti_simd_level())
+        # The fp32 kernel's several-row passes on 512-bit registers (AVX-512).
+        self.f32_wide = bool(self._cdll.ti_f32_wide())
         self._threads = 1
         # The linear layers split across the worker threads (threads.c; one thread, the
         # default: kernels.c's kernel called directly). (x, rows, k, tiles, scales, bias,
@@ -154,6 +157,8 @@ class NativeLibrary:
     @property
     def isa(self) -> str:
         base = "avx2" if self.simd_level == 2 else "plain C"
+        if self.f32_wide:
+            base += " + avx-512 fp32 rows"
         return f"{base} + amx-int8" if self.has_amx else base
 
 

@@ -11,6 +11,8 @@ int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
                    const float *bias, int64_t n, float *y);
 int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                   const float *bias, int64_t n, int64_t kp, float *y);
+/* 1 where the fp32 kernel's several-row passes run on 512-bit registers (AVX-512). */
+int ti_f32_wide(void);
 int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                  const float *bias, int64_t n, float *y);
 
@@ -18,7 +20,8 @@ int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
  * multiplier 1..levels of one scale per row), shared with amx.c. */
 int ti_i8_levels(int64_t kp);
 /* How many bytes ahead each kernel family prefetches its weight stream (kernels.c); for
- * the fp32 kernel at several rows, 0 (off) or not (the next tile). */
+ * the fp32 kernel at several rows: on 512-bit registers (ti_f32_wide) the distance its
+ * first pass of 4 rows or more fetches ahead, else 0 (off) or not (the next tile). */
 enum { TI_PREFETCH_INT8, TI_PREFETCH_INT4, TI_PREFETCH_AMX, TI_PREFETCH_Q8, TI_PREFETCH_F32,
        TI_PREFETCH_KINDS };
 int64_t ti_prefetch_bytes(int kind);
