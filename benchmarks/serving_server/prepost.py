@@ -23,8 +23,8 @@ at ``--concurrency`` closed-loop clients, the two doors in alternating cells:
       python -m venv /work/peers/pytriton && /work/peers/pytriton/bin/pip install \\
           nvidia-pytriton onnxruntime numpy pillow
 
-Raw results go to ``prepost.json`` (or ``--output``); the load reports carry the server's split of its
-time into pre-processing, queue, compute and post-processing.
+Raw results go to ``prepost.json`` (or ``--output``); the load reports carry the server's
+split of its time into pre-processing, queue, compute and post-processing.
 """
 
 from __future__ import annotations

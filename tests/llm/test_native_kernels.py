@@ -345,7 +345,8 @@ def test_fp32_kernel_of_the_avx2_build_at_every_row_count(haswell: NativeLibrary
     try:
         for out_features, in_features in ((41, 528), (12, 9)):
             weight = torch.randn(out_features, in_features) * in_features ** -0.5
-            avx2, wide = NativeF32Kernel(haswell, weight, None), NativeF32Kernel(native, weight, None)
+            avx2 = NativeF32Kernel(haswell, weight, None)
+            wide = NativeF32Kernel(native, weight, None)
             for rows in range(1, 17):
                 x = torch.randn(rows, in_features)
                 for setting in (0, 256):
