@@ -17,12 +17,15 @@ timings (``llm bench --json``).
 
 The fp32 kernel fetches nothing ahead at one row (the hardware prefetcher follows its one
 stream); at several rows (a speculative verification, a batch) it can fetch ahead while
-it works. With 256-bit tiles it fetches the next tile: that helped on a Zen 3 and cost a
-Zen 4 10-25% at 2-9 rows. On 512-bit registers its first pass of 4 rows or more fetches
-a distance ahead in the weight stream, which on a Zen 4 hid the stream under the
-arithmetic at 4 KiB (4-8 rows 8-20% faster than the hardware prefetcher alone). So
-``choose_f32_prefetch`` times the native step's fp32 layers at a few rows at each of
-``f32_settings(library)`` when the step is built.
+it works. Its 256-bit tiles fetch the next tile: that helped on a Zen 3 and cost a Zen 4
+10-25% at 2-9 rows. Where the CPU has AVX-512 its several-row passes can also run on
+512-bit registers, the first pass of 4 rows or more fetching a distance ahead in the
+weight stream: on a quiet Zen 4 that hid the stream under the arithmetic (4-8 rows
+1.1-1.25x the 256-bit tiles), with busy neighbours 9 rows ran 5-15% slower. So the
+setting picks both (below ``F32_WIDE_MIN``: the 256-bit tiles, 0 or next tile; from
+it: the 512-bit passes and their distance), and ``choose_f32_prefetch`` times the
+native step's fp32 layers at a few rows at each of ``f32_settings(library)`` when the
+step is built.
 """
 
 from __future__ import annotations
@@ -40,10 +43,12 @@ from turboinfer.llm.backends.cpu.kernels import SelectedLinear
 from turboinfer.llm.backends.cpu.native import NativeLibrary
 
 DISTANCES = (256, 1024, 2048, 4096)
-# The fp32 setting with 256-bit tiles: 0, the hardware prefetcher alone; 256 (any other
-# value), the next tile. On 512-bit registers: bytes ahead in the weight stream.
+# The fp32 setting: below F32_WIDE_MIN the 256-bit tiles, 0 the hardware prefetcher alone
+# and anything else the next tile fetched; from F32_WIDE_MIN (where the library has them,
+# kernels.c's TI_F32Z_AHEAD_MIN) the 512-bit passes, fetching that many bytes ahead.
 F32_SETTINGS = (0, 256)
-F32_WIDE_SETTINGS = (0, 1024, 4096, 8192)
+F32_WIDE_MIN = 1024
+F32_WIDE_SETTINGS = (0, 256, 4096, 8192)
 # A verification's rows: prompt lookup's shortest proposal and the draft's default one.
 F32_ROWS = (4, 7)
 # The layers timed, in step order, up to this many bytes of weights: enough to stream

@@ -49,6 +49,8 @@
 /* AVX-512 F + DQ: the fp32 kernel's several-row passes on 512-bit registers. */
 #if TI_AVX2 && defined(__AVX512F__) && defined(__AVX512DQ__)
 #define TI_F32Z 1
+/* The f32 setting from which the several-row passes run on 512-bit registers. */
+#define TI_F32Z_AHEAD_MIN 1024
 #else
 #define TI_F32Z 0
 #endif
@@ -64,8 +66,8 @@
  * 3.21 at 4 KiB). So the distance is a run-time setting per kernel family (int8, int4,
  * AMX, q8: ti_set_prefetch_for, the library's set_prefetch), 256 bytes unless set; a model's
  * load measures each family's on the model's own one-row products
- * (llm/backends/cpu/prefetch.py). The fp32 kernel's setting (f32) is whether it fetches
- * the next tile at several rows, measured on the model's fp32 layers at several rows.
+ * (llm/backends/cpu/prefetch.py). The fp32 kernel's setting (f32) picks how it runs
+ * several rows (ti_f32_linear), measured on the model's fp32 layers at several rows.
  * Set while no kernel runs. */
 static int64_t prefetch_bytes[TI_PREFETCH_KINDS] = {256, 256, 256, 256, 256};
 
@@ -1093,7 +1095,6 @@ static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out,
     _mm_storeu_ps(out, hsum4_f32(a[0], a[1], a[2], a[3]));
 }
 
-#if !TI_F32Z
 /* Keeps v in a register: without it gcc folds the activation loads into the FMAs as
  * memory operands, reloading each once per output row (12 loads for 8 FMAs at two rows,
  * 32 for 24 at three), and Zen 3 takes two 256-bit loads a cycle: the loads, not the
@@ -1203,7 +1204,6 @@ static void f32_tile_3(const float *w, const float *x, int64_t kp, float *out,
     _mm_storeu_ps(out + ldo, hsum4_f32(a10, a11, a12, a13));
     _mm_storeu_ps(out + 2 * ldo, hsum4_f32(a20, a21, a22, a23));
 }
-#endif
 
 #if TI_F32Z
 /* Up to six activation rows in one pass over a tile, on 512-bit registers: one
@@ -1216,7 +1216,7 @@ static void f32_tile_3(const float *w, const float *x, int64_t kp, float *out,
  *
  * The first pass over a tile streams it from memory; with ``ahead`` > 0 it asks for the
  * lines that many bytes further down the weights (tiles are consecutive: one stream)
- * while it works. On a Zen 4 (two 256-bit FMA pipes) the 256-bit tiles' 3 + 2 + 2 passes
+ * while it works (from the f32 setting: ti_f32_linear). On a Zen 4 (two 256-bit FMA pipes) the 256-bit tiles' 3 + 2 + 2 passes
  * of 7 rows ran the stream's arrival and the arithmetic one after the other (7 rows in
  * cache 0.67 ms on the demo model, streamed 0.85-0.90); a first pass of 4 rows that
  * fetches 4 KiB ahead hides the stream under its FMAs: 4 rows cost what one row costs
@@ -1303,36 +1303,17 @@ static inline int f32z_take(int64_t left) {
     int64_t passes = (left + 5) / 6;
     return (int)((left + passes - 1) / passes);
 }
-#endif
 
-int ti_f32_wide(void) { return TI_F32Z; }
-
-int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
-                  const float *bias, int64_t n, int64_t kp, float *y) {
-    float *padded = NULL;
-    if (kp != k) {      /* the activations get the weights' zero padding */
-        /* kp is a multiple of 16: on a cache line, every row is */
-        size_t bytes = (size_t)(rows * kp) * sizeof(float);
-        padded = (float *)aligned_alloc(64, bytes);
-        if (!padded) return -1;
-        memset(padded, 0, bytes);
-        for (int64_t r = 0; r < rows; r++) memcpy(padded + r * kp, x + r * k, (size_t)k * sizeof(float));
-        x = padded;
-    }
+/* ti_f32_linear on 512-bit passes, the first over each tile (4 rows or more) fetching
+ * ``ahead`` bytes down the weight stream. */
+static void f32z_linear(const float *x, int64_t rows, const float *w, int64_t n, int64_t kp,
+                        float *y, int64_t ahead) {
     float acc[24];      /* a partial last tile's outputs, up to 6 rows of 4 */
-#if TI_F32Z
-    /* The f32 setting: how far ahead a first pass of 4 rows or more fetches (0: the
-     * hardware prefetcher alone); measured at load. Fewer rows wait on memory anyway. */
-    const int64_t ahead = prefetch_bytes[TI_PREFETCH_F32];
-#elif TI_AVX2
-    const int fetch_next = rows > 1 && kp <= 512 && prefetch_bytes[TI_PREFETCH_F32] > 0;
-#endif
     for (int64_t t = 0; t < n; t += 4) {
         const float *wt = w + t * kp;
         int nb = n - t < 4 ? (int)(n - t) : 4;
         /* Whole tiles store straight into y; the last, partial one goes through acc. */
         int64_t ldo = nb == 4 ? n : 4;
-#if TI_F32Z
         for (int64_t r = 0; r < rows;) {
             int take = f32z_take(rows - r);
             float *o = nb == 4 ? y + r * n + t : acc;
@@ -1351,7 +1332,42 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                     for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
             r += take;
         }
-#else
+    }
+}
+#endif
+
+int ti_f32_wide(void) { return TI_F32Z; }
+
+int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
+                  const float *bias, int64_t n, int64_t kp, float *y) {
+    float *padded = NULL;
+    if (kp != k) {      /* the activations get the weights' zero padding */
+        /* kp is a multiple of 16: on a cache line, every row is */
+        size_t bytes = (size_t)(rows * kp) * sizeof(float);
+        padded = (float *)aligned_alloc(64, bytes);
+        if (!padded) return -1;
+        memset(padded, 0, bytes);
+        for (int64_t r = 0; r < rows; r++) memcpy(padded + r * kp, x + r * k, (size_t)k * sizeof(float));
+        x = padded;
+    }
+#if TI_F32Z
+    /* The f32 setting, measured at load, picks the passes of several rows: from
+     * TI_F32Z_AHEAD_MIN up the 512-bit ones, fetching that many bytes ahead; below it
+     * the 256-bit tiles, as on an AVX2 CPU. On a Zen 4 the 512-bit passes ran 4-8 rows
+     * 1.1-1.25x faster than the 256-bit tiles on a quiet machine, and 9 rows 5-15%
+     * slower with busy neighbours: which wins is the machine's, at the load. */
+    if (rows > 1 && prefetch_bytes[TI_PREFETCH_F32] >= TI_F32Z_AHEAD_MIN) {
+        f32z_linear(x, rows, w, n, kp, y, prefetch_bytes[TI_PREFETCH_F32]);
+        goto done;
+    }
+#endif
+    float acc[12];
+#if TI_AVX2
+    const int fetch_next = rows > 1 && kp <= 512 && prefetch_bytes[TI_PREFETCH_F32] > 0;
+#endif
+    for (int64_t t = 0; t < n; t += 4) {
+        const float *wt = w + t * kp;
+        int nb = n - t < 4 ? (int)(n - t) : 4;
 #if TI_AVX2
         /* Several rows, where the f32 setting asks for it: the next tile is fetched
          * while this one is worked on, a share of it before each row group (on a Zen 3
@@ -1368,6 +1384,8 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
         int prefetch = fetch_next && t + 4 < n;
         int64_t share = (4 * kp / ((rows + 2) / 3) + 15) / 16 * 16, fetched = 0;
 #endif
+        /* Whole tiles store straight into y; the last, partial one goes through acc. */
+        int64_t ldo = nb == 4 ? n : 4;
         /* Rows in threes, the rest in twos (4 = 2 + 2): a lone leftover row on the
          * one-row tile measured as slow as three rows on the three-row one. That makes
          * ceil(rows / 3) groups. */
@@ -1388,8 +1406,10 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                     for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
             r += take;
         }
-#endif
     }
+#if TI_F32Z
+done:
+#endif
     if (bias)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < n; j++) y[r * n + j] += bias[j];

@@ -34,8 +34,9 @@ DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 AMX_ENV = "TURBOINFER_AMX"                  # "0": leave the AMX kernel out (A/B timing)
 COMPILE_TIMEOUT_S = 120
 # The kernel families with their own prefetch distance, in native.h's TI_PREFETCH_* order
-# (f32: the fp32 kernel at several rows: on 512-bit registers how far its first pass
-# fetches ahead, else whether it fetches its next tile, 0 or not).
+# (f32: the fp32 kernel at several rows: below 1024 its 256-bit tiles, fetching the next
+# tile or not (0); from 1024, where it has them, its 512-bit passes and how far ahead
+# their first fetches).
 PREFETCH_KINDS = ("int8", "int4", "amx", "q8", "f32")
 
 _i64, _ptr, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float

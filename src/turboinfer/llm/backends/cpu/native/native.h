@@ -19,9 +19,10 @@ int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
 /* kernels.c: the int8 kernel's activation quantization (per block of 32, an integer
  * multiplier 1..levels of one scale per row), shared with amx.c. */
 int ti_i8_levels(int64_t kp);
-/* How many bytes ahead each kernel family prefetches its weight stream (kernels.c); for
- * the fp32 kernel at several rows: on 512-bit registers (ti_f32_wide) the distance its
- * first pass of 4 rows or more fetches ahead, else 0 (off) or not (the next tile). */
+/* How many bytes ahead each kernel family prefetches its weight stream (kernels.c). For
+ * the fp32 kernel at several rows, below 1024: its 256-bit tiles, fetching the next tile
+ * or not (0); from 1024 where ti_f32_wide: its 512-bit passes, the first fetching that
+ * many bytes ahead. */
 enum { TI_PREFETCH_INT8, TI_PREFETCH_INT4, TI_PREFETCH_AMX, TI_PREFETCH_Q8, TI_PREFETCH_F32,
        TI_PREFETCH_KINDS };
 int64_t ti_prefetch_bytes(int kind);
