@@ -268,10 +268,10 @@ def test_the_fp32_fetch_ahead_is_measured_at_build_and_changes_no_result(
             decoder.forward(prompt, 0, [2, 0, 3, 1, 5, 4], 1)
             logits.append(decoder.forward(more, len(prompt), [2, 0, 3, 1, 5, 4], len(more)))
         # The same bits at every setting of one kind of pass (256-bit tiles below
-        # F32_WIDE_MIN, 512-bit passes from it); across the kinds, the same numbers.
+        # f32_wide_from, 512-bit passes from it); across the kinds, the same numbers.
+        wide = [library.f32_wide and s >= library.f32_wide_from for s in settings]
         for kind in (False, True):
-            same = [lg for s, lg in zip(settings, logits, strict=True)
-                    if (s >= prefetch.F32_WIDE_MIN) == kind]
+            same = [lg for w, lg in zip(wide, logits, strict=True) if w == kind]
             assert all(torch.equal(same[0], other) for other in same[1:])
         torch.testing.assert_close(logits[0], logits[-1], atol=1e-4, rtol=1e-4)
         library.set_prefetch(256, "f32")

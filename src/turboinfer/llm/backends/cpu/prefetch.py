@@ -22,8 +22,8 @@ it works. Its 256-bit tiles fetch the next tile: that helped on a Zen 3 and cost
 512-bit registers, the first pass of 4 rows or more fetching a distance ahead in the
 weight stream: on a quiet Zen 4 that hid the stream under the arithmetic (4-8 rows
 1.1-1.25x the 256-bit tiles), with busy neighbours 9 rows ran 5-15% slower. So the
-setting picks both (below ``F32_WIDE_MIN``: the 256-bit tiles, 0 or next tile; from
-it: the 512-bit passes and their distance), and ``choose_f32_prefetch`` times the
+setting picks both (below the library's ``f32_wide_from``: the 256-bit tiles, 0 or
+next tile; from it: the 512-bit passes and their distance), and ``choose_f32_prefetch`` times the
 native step's fp32 layers at a few rows at each of ``f32_settings(library)`` when the
 step is built.
 """
@@ -43,12 +43,11 @@ from turboinfer.llm.backends.cpu.kernels import SelectedLinear
 from turboinfer.llm.backends.cpu.native import NativeLibrary
 
 DISTANCES = (256, 1024, 2048, 4096)
-# The fp32 setting: below F32_WIDE_MIN the 256-bit tiles, 0 the hardware prefetcher alone
-# and anything else the next tile fetched; from F32_WIDE_MIN (where the library has them,
-# kernels.c's TI_F32Z_AHEAD_MIN) the 512-bit passes, fetching that many bytes ahead.
+# The fp32 setting: below the library's f32_wide_from the 256-bit tiles, 0 the hardware
+# prefetcher alone and anything else the next tile fetched; from it (where the library
+# has them) the 512-bit passes, fetching that many bytes ahead.
 F32_SETTINGS = (0, 256)
-F32_WIDE_MIN = 1024
-F32_WIDE_SETTINGS = (0, 256, 4096, 8192)
+F32_WIDE_AHEAD = (4096, 8192)
 # A verification's rows: prompt lookup's shortest proposal and the draft's default one.
 F32_ROWS = (4, 7)
 # The layers timed, in step order, up to this many bytes of weights: enough to stream
@@ -130,7 +129,9 @@ class F32Linear:
 
 def f32_settings(library: NativeLibrary) -> tuple[int, ...]:
     """The fp32 settings measured for ``library``'s kernel."""
-    return F32_WIDE_SETTINGS if library.f32_wide else F32_SETTINGS
+    if not library.f32_wide:
+        return F32_SETTINGS
+    return F32_SETTINGS + tuple(max(d, library.f32_wide_from) for d in F32_WIDE_AHEAD)
 
 
 @torch.inference_mode()

@@ -1216,11 +1216,12 @@ static void f32_tile_3(const float *w, const float *x, int64_t kp, float *out,
  *
  * The first pass over a tile streams it from memory; with ``ahead`` > 0 it asks for the
  * lines that many bytes further down the weights (tiles are consecutive: one stream)
- * while it works (from the f32 setting: ti_f32_linear). On a Zen 4 (two 256-bit FMA pipes) the 256-bit tiles' 3 + 2 + 2 passes
- * of 7 rows ran the stream's arrival and the arithmetic one after the other (7 rows in
- * cache 0.67 ms on the demo model, streamed 0.85-0.90); a first pass of 4 rows that
- * fetches 4 KiB ahead hides the stream under its FMAs: 4 rows cost what one row costs
- * (benchmarks/llm/README.md, "fp32 rows on 512-bit registers"). */
+ * while it works (the f32 setting: ti_f32_linear). On a Zen 4 (two 256-bit FMA pipes)
+ * the 256-bit tiles' 3 + 2 + 2 passes of 7 rows ran the stream's arrival and the
+ * arithmetic one after the other (the demo target's 7 rows 0.67 ms in cache, 0.85-0.90
+ * streamed); a first pass of 4 rows fetching 4-8 KiB ahead hides the stream under its
+ * FMAs: 4 rows cost what one row costs (benchmarks/llm/README.md, "fp32 rows on 512-bit
+ * registers"). */
 static inline __m256 f32z_fold(__m512 a) {
     return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
 }
@@ -1336,7 +1337,14 @@ static void f32z_linear(const float *x, int64_t rows, const float *w, int64_t n,
 }
 #endif
 
-int ti_f32_wide(void) { return TI_F32Z; }
+/* The f32 setting from which the 512-bit passes run; 0 where this build has none. */
+int64_t ti_f32_wide_from(void) {
+#if TI_F32Z
+    return TI_F32Z_AHEAD_MIN;
+#else
+    return 0;
+#endif
+}
 
 int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                   const float *bias, int64_t n, int64_t kp, float *y) {

@@ -34,9 +34,9 @@ DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 AMX_ENV = "TURBOINFER_AMX"                  # "0": leave the AMX kernel out (A/B timing)
 COMPILE_TIMEOUT_S = 120
 # The kernel families with their own prefetch distance, in native.h's TI_PREFETCH_* order
-# (f32: the fp32 kernel at several rows: below 1024 its 256-bit tiles, fetching the next
-# tile or not (0); from 1024, where it has them, its 512-bit passes and how far ahead
-# their first fetches).
+# (f32: the fp32 kernel at several rows: below ``f32_wide_from`` its 256-bit tiles,
+# fetching the next tile or not (0); from it its 512-bit passes and how far ahead their
+# first fetches).
 PREFETCH_KINDS = ("int8", "int4", "amx", "q8", "f32")
 
 _i64, _ptr, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
@@ -49,8 +49,11 @@ class NativeLibrary:
         self.path = path
         self._cdll = ctypes.CDLL(str(path))
         self.simd_level = int(self._cdll.ti_simd_level())
-        # The fp32 kernel's several-row passes on 512-bit registers (AVX-512).
-        self.f32_wide = bool(self._cdll.ti_f32_wide())
+        # The f32 setting from which the fp32 kernel's several-row passes run on 512-bit
+        # registers (AVX-512); 0: this build has none.
+        self._cdll.ti_f32_wide_from.restype = _i64
+        self.f32_wide_from = int(self._cdll.ti_f32_wide_from())
+        self.f32_wide = self.f32_wide_from > 0
         self._threads = 1
         # The linear layers split across the worker threads (threads.c; one thread, the
         # default: kernels.c's kernel called directly). (x, rows, k, tiles, scales, bias,

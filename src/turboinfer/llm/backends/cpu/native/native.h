@@ -11,8 +11,9 @@ int ti_int4_linear(const float *x, int64_t rows, int64_t k, const uint8_t *w,
                    const float *bias, int64_t n, float *y);
 int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                   const float *bias, int64_t n, int64_t kp, float *y);
-/* 1 where the fp32 kernel's several-row passes run on 512-bit registers (AVX-512). */
-int ti_f32_wide(void);
+/* The f32 setting from which the fp32 kernel's several-row passes run on 512-bit
+ * registers (AVX-512); 0 where the build has none. */
+int64_t ti_f32_wide_from(void);
 int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                  const float *bias, int64_t n, float *y);
 
@@ -20,9 +21,9 @@ int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
  * multiplier 1..levels of one scale per row), shared with amx.c. */
 int ti_i8_levels(int64_t kp);
 /* How many bytes ahead each kernel family prefetches its weight stream (kernels.c). For
- * the fp32 kernel at several rows, below 1024: its 256-bit tiles, fetching the next tile
- * or not (0); from 1024 where ti_f32_wide: its 512-bit passes, the first fetching that
- * many bytes ahead. */
+ * the fp32 kernel at several rows, below ti_f32_wide_from(): its 256-bit tiles, fetching
+ * the next tile or not (0); from it: its 512-bit passes, the first fetching that many
+ * bytes ahead. */
 enum { TI_PREFETCH_INT8, TI_PREFETCH_INT4, TI_PREFETCH_AMX, TI_PREFETCH_Q8, TI_PREFETCH_F32,
        TI_PREFETCH_KINDS };
 int64_t ti_prefetch_bytes(int kind);
