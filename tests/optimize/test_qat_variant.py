@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -48,11 +49,18 @@ def every_core() -> Iterator[None]:
 
 def test_qat_runs_on_resnet18(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                               every_core: None) -> None:
-    code = main(["optimize", "builtin:resnet18", "-o", str(tmp_path), "--variants", "qat",
-                 "--qat-epochs", "1", "--calib-count", "8", "--json"])
+    # Four training images of the user's (the zoo's split is digits' test's path): the
+    # clip search runs ~170 forwards of its first batch, 16 images of the split's 64.
+    train = tmp_path / "train.npz"
+    images = np.random.default_rng(0).standard_normal((4, 3, 224, 224), dtype=np.float32)
+    np.savez(train, input=images)
+    code = main(["optimize", "builtin:resnet18", "-o", str(tmp_path / "out"), "--variants",
+                 "qat", "--qat-epochs", "1", "--calib-count", "8", "--train-data", str(train),
+                 "--json"])
     assert code == 0
     qat = _variants(capsys)["qat"]
-    assert qat["skipped"] is None and (tmp_path / "qat.onnx").is_file()
+    assert qat["skipped"] is None and (tmp_path / "out" / "qat.onnx").is_file()
+    assert qat["details"]["training_data"] == f"--train-data {train}"
 
 
 def test_qat_of_an_onnx_file_says_it_needs_the_pytorch_model(
