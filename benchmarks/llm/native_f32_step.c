@@ -6,7 +6,7 @@
  *
  *   N=src/turboinfer/llm/backends/cpu/native
  *   git show REV:$N/kernels.c > /tmp/before.c
- *   R=$(for f in f32_linear int8_linear int4_linear q8_linear simd_level f32_wide \
+ *   R=$(for f in f32_linear int8_linear int4_linear q8_linear simd_level f32_wide_from \
  *       set_prefetch set_prefetch_for prefetch_bytes i8_levels quantize_i8_blocks; \
  *       do printf -- "-Dti_$f=before_$f "; done)
  *   cc -O3 -march=native $R -I$N -c /tmp/before.c -o /tmp/before.o
@@ -14,9 +14,10 @@
  *      benchmarks/llm/native_f32_step.c /tmp/before.o -o /tmp/f32_step -lm
  *   /tmp/f32_step [copies] [passes] [f32=THIS,BEFORE]
  *
- * f32=THIS,BEFORE: each variant's fp32 prefetch setting (the library's "f32" setting,
- * which a model's load measures; 256 each unless given): on 512-bit registers the bytes
- * its first pass fetches ahead, on 256-bit tiles 0 (off) or not (the next tile).
+ * f32=THIS,BEFORE: each variant's "f32" setting (which a model's load measures; 256 each
+ * unless given): below 1024 the 256-bit tiles, the next tile fetched or not (0); from
+ * 1024, in a kernels.c that has them (AVX-512), the 512-bit passes, the first fetching
+ * that many bytes ahead.
  *
  * copies: copies of the model's weights, one per step in turn (1, the default: what stays
  * in the L3 between steps stays, as in a decode loop; 3: 57 MB, from memory). Prints the
