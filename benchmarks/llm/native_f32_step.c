@@ -101,11 +101,11 @@ int main(int argc, char **argv) {
     int step = 0;
     for (int p = 0; p < passes; p++)
         for (int r = 1; r <= ROWS; r++)
-            for (int i = 0; i < 2; i++) {
+            for (int turn = 0; turn < 2; turn++) {
                 /* ABBA: one variant first in even passes, the other in odd ones (run
                  * second, a variant found the caches as the other left them: 2-7% on a
                  * one-row step in an A/A run with a fixed order). */
-                int v = p % 2 ? 1 - i : i;
+                int v = p % 2 ? 1 - turn : turn;
                 float *const *m = w + (size_t)(pages ? v : 0) * copies * PRODUCTS
                                   + (size_t)(step++ % copies) * PRODUCTS;
                 double t0 = now();
