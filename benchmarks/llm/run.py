@@ -168,6 +168,11 @@ def speculative(args: argparse.Namespace) -> dict[str, object]:
                                                       num_threads=args.threads))),
                 "ngram": warm(LLM(ngram=args.ngram, config=EngineConfig(
                     num_speculative_tokens=args.ngram_k, num_threads=args.threads)))}
+    if args.compare_fixed:
+        # The demo draft proposing k every round, beside the engine's measured choice.
+        variants["draft_fixed"] = warm(LLM(draft=demo_model_dir("draft"), config=EngineConfig(
+            num_speculative_tokens=args.k, num_threads=args.threads,
+            adapt_speculative_tokens=False)))
     workloads: dict[str, list[str | list[int]]] = {
         "demo": list(DEMO_PROMPTS),
         "regenerate": list(regenerate_prompts(plain, args.regenerate_prompts, args.gen_len))}
@@ -236,6 +241,9 @@ def spec_rounds(plain: LLM, variants: dict[str, LLM], prompts: list[str | list[i
                      "acceptance_rate": stats.acceptance_rate,
                      "tokens_per_target_forward": stats.tokens_per_forward,
                      "k": llm.config.num_speculative_tokens}
+        length = llm.engine.spec_length
+        if length is not None:  # the measured costs, and every round so far by its k
+            res[name]["speculation"] = length.to_dict()  # type: ignore[index]
     return res
 
 
@@ -304,10 +312,13 @@ def markdown(results: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for workload in ("demo", "regenerate"):
             w = spec[workload]
-            for name in ("draft", "ngram"):
+            for name in ("draft", "draft_fixed", "ngram"):
+                if name not in w:
+                    continue
                 r = w[name]
+                k = f"<= {r['k']}" if "speculation" in r else r["k"]
                 lines.append(
-                    f"| {workload} | {name} | {r['k']} | {w['plain_tps']:.1f} | "
+                    f"| {workload} | {name} | {k} | {w['plain_tps']:.1f} | "
                     f"{r['spec_tps']:.1f} | {r['speedup']:.2f}x ({r['speedup_min']:.2f}-"
                     f"{r['speedup_max']:.2f}) | {r['speedup_wall']:.2f}x "
                     f"({r['speedup_wall_min']:.2f}-{r['speedup_wall_max']:.2f}) | "
@@ -333,7 +344,10 @@ def main() -> None:
     # One thread: on the shared recording machine two OpenMP threads made every op wait
     # for a descheduled worker (6x slower per decode step than one thread).
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--k", type=int, default=6, help="draft tokens per step")
+    parser.add_argument("--k", type=int, default=6,
+                        help="most draft tokens per step (the engine picks k up to it)")
+    parser.add_argument("--compare-fixed", action="store_true",
+                        help="also run the draft proposing --k tokens every round")
     parser.add_argument("--ngram", type=int, default=3,
                         help="longest suffix n-gram prompt lookup matches")
     parser.add_argument("--ngram-k", type=int, default=8,

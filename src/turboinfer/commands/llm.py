@@ -45,8 +45,11 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                       help="draft-free speculative decoding with prompt-lookup n-grams up to K")
     parser.add_argument("--num-speculative", type=positive_int,
                         default=ENGINE_DEFAULTS["num_speculative_tokens"],
-                        help="tokens proposed per step when speculating (measured best for "
-                             "the demo draft)")
+                        help="most tokens proposed per step when speculating (a lone greedy "
+                             "request's rounds with a draft take the k up to it that "
+                             "measures fastest on this machine)")
+    parser.add_argument("--fixed-speculative", action="store_true",
+                        help="propose --num-speculative tokens every round with a draft")
     parser.add_argument("--speculative-max-batch", type=positive_int,
                         default=ENGINE_DEFAULTS["speculative_max_batch"],
                         help="speculate only while at most this many requests decode together")
@@ -159,6 +162,7 @@ def _build(args: argparse.Namespace, **engine: Any) -> LLM:
 
     config = EngineConfig(block_size=args.block_size, kv_cache_tokens=args.kv_cache_tokens,
                           num_speculative_tokens=args.num_speculative,
+                          adapt_speculative_tokens=not args.fixed_speculative,
                           speculative_max_batch=args.speculative_max_batch,
                           num_threads=max(args.threads, 0), quant_group_size=args.group_size,
                           expert_memory_gb=args.expert_memory_gb,
@@ -221,6 +225,7 @@ def _bench(args: argparse.Namespace) -> int:
     runner = llm.engine.runner
     native = runner.native_decoder()        # None off the CPU: no lean step there
     f32_fetch = native.f32_prefetch if native is not None else None
+    spec = llm.engine.spec_length
     placed = placement_report(llm.model, llm.config, sum(r.output_tokens for r in results))
     llm.placement.close()
     if args.json:
@@ -232,6 +237,7 @@ def _bench(args: argparse.Namespace) -> int:
                     "prefetch": (llm.prefetch_choice.to_dict() if llm.prefetch_choice
                                  else None),
                     "f32_prefetch": f32_fetch.to_dict() if f32_fetch else None,
+                    "speculation": spec.to_dict() if spec else None,
                     "decode_path": llm.engine.runner.decode_path(),
                     "device": llm.config.device, "dtype": llm.config.dtype,
                     "backend": llm.config.backend,
@@ -253,10 +259,13 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"{kind} weight prefetch: {llm.prefetch_choice.chosen[kind]} bytes ahead "
                   f"(one-row products: {timed})")
     if f32_fetch:
-        timed = ", ".join(f"{'on' if d else 'off'} {ms:.2f} ms"
-                          for d, ms in f32_fetch.step_ms["f32"].items())
-        print(f"fp32 next-tile fetch at several rows: "
-              f"{'on' if f32_fetch.chosen['f32'] else 'off'} (4 and 7 rows: {timed})")
+        timed = ", ".join(f"{d} B {ms:.2f} ms" for d, ms in f32_fetch.step_ms["f32"].items())
+        print(f"fp32 several-row setting: {f32_fetch.chosen['f32']} (4 and 7 rows: {timed})")
+    if spec:
+        costs = ", ".join(f"{ms:.2f}" for ms in spec.round_ms)
+        used = ", ".join(f"k={k + 1}: {n}" for k, n in enumerate(spec.rounds_by_k) if n)
+        print(f"draft tokens per round: by measured round cost (k=1..{spec.max_k}: {costs} "
+              f"ms) and counted agreement; rounds {used or 'none yet'}")
     print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
           f"({llm.config.dtype})")
     plan = llm.engine.memory_plan

@@ -13,6 +13,7 @@ from turboinfer.llm.engine.sampler import logits_to_probs, sample, token_logprob
 from turboinfer.llm.engine.sampling_params import SamplingParams
 from turboinfer.llm.engine.scheduler import Scheduler, SchedulerOutput
 from turboinfer.llm.engine.sequence import FinishReason, Sequence
+from turboinfer.llm.engine.spec_length import SpeculationLength, measure_round_costs
 from turboinfer.llm.engine.speculative import (
     DraftModelProposer,
     NgramProposer,
@@ -64,6 +65,10 @@ class LLMEngine:
         elif config.ngram_size:
             self.proposer = NgramProposer(config.ngram_size, config.num_speculative_tokens)
         lookahead = config.num_speculative_tokens if self.proposer else 0
+        # A lone greedy sequence's k per round, by measured costs (engine/spec_length.py).
+        self.spec_length = (self._measure_spec_length()
+                            if isinstance(self.proposer, DraftModelProposer)
+                            and config.adapt_speculative_tokens else None)
         self.scheduler = Scheduler(config, self.block_manager, lookahead=lookahead)
         self.spec_stats = SpecStats()
         self.generator = torch.Generator(self.device).manual_seed(0)
@@ -193,18 +198,43 @@ class LLMEngine:
         self._append(seq, ids, None, 0)
         return [seq]
 
+    def _measure_spec_length(self) -> SpeculationLength | None:
+        """Round costs at k = 1..num_speculative_tokens, measured on this machine through
+        the native calls a lone greedy round makes (the target's greedy rows, the draft's
+        greedy steps); None where either does not run natively. The rounds write cache
+        blocks no sequence holds yet (the engine is new), at a position a short prompt
+        reaches."""
+        assert isinstance(self.proposer, DraftModelProposer)
+        max_k = self.config.num_speculative_tokens
+        start = min(64, self.max_seq_len - max_k - 2)
+        if start < 0:
+            return None
+        table = list(range((start + max_k + 1) // self.config.block_size + 1))
+        feed = [int(t) % self.model.config.vocab_size for t in range(1, max_k + 2)]
+        propose = self.proposer.native_greedy_steps()
+        if propose is None or any(
+                self.runner.greedy_rows(StepItem(feed[:k + 1], start, table, k + 1)) is None
+                for k in (1, max_k)):
+            return None
+        costs = measure_round_costs(
+            lambda rows: self.runner.greedy_rows(StepItem(feed[:rows], start, table, rows)),
+            lambda k: propose(feed[:1], start, table, k), max_k)
+        self.runner.num_forwards = 0
+        return SpeculationLength(costs)
+
     def _run_speculative(self, seqs: list[Sequence]) -> list[Sequence]:
         assert self.proposer is not None
+        lone = len(seqs) == 1 and _plain_greedy(seqs[0])
+        adapt = self.spec_length if lone else None
         # Never draft past the context or the request's token limit.
-        limits = [min(self.config.num_speculative_tokens,
+        limits = [min(adapt.choose() if adapt else self.config.num_speculative_tokens,
                       self.max_seq_len - s.num_tokens,
                       s.params.max_tokens - s.num_output_tokens - 1) for s in seqs]
         proposals = self.proposer.propose(seqs, limits)
         items = [StepItem([s.token_ids[-1], *p.tokens], s.num_computed_tokens, s.block_table,
                           1 + len(p.tokens)) for s, p in zip(seqs, proposals, strict=True)]
         # A lone greedy sequence: the target's choice after each row in one native call.
-        found = (self.runner.greedy_rows(items[0])
-                 if len(seqs) == 1 and _plain_greedy(seqs[0]) else None)
+        found = self.runner.greedy_rows(items[0]) if lone else None
         logits: torch.Tensor | None = None
         probs = None
         if found is not None:
@@ -227,6 +257,8 @@ class LLMEngine:
                 tokens = rejection_sample(probs[row:row + k + 1], proposal, gen)
             row += k + 1
             self._record_spec(k, len(tokens))
+            if adapt:
+                adapt.record(k, len(tokens) - 1)
             # The last verified token plus the accepted drafts now have target KV.
             seq.num_computed_tokens += len(tokens)
             seq.num_draft_computed = min(seq.num_draft_computed, seq.num_computed_tokens)

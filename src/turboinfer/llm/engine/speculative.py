@@ -11,6 +11,7 @@ argmax agrees", so greedy output is identical to plain greedy decoding.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
@@ -185,6 +186,13 @@ class DraftModelProposer:
             s.num_draft_computed = starts[i]
         return [Proposal(t, torch.stack(pr) if pr else None) for t, pr in zip(tokens, probs,
                                                                             strict=True)]
+
+    def native_greedy_steps(self) -> Callable[[list[int], int, list[int], int],
+                                              list[int]] | None:
+        """The one native call that proposes for a lone greedy sequence (feed, start,
+        block table, steps), where the draft has native kernels throughout."""
+        native = self.runner.native_decoder()
+        return native.greedy if native is not None and native.can_run_greedy() else None
 
     def _propose_greedy_one(self, seq: Sequence, steps: int) -> list[int]:
         """One greedy sequence (single-stream decoding, where speculation pays most): the
