@@ -169,9 +169,13 @@ def speculative(args: argparse.Namespace) -> dict[str, object]:
                 "ngram": warm(LLM(ngram=args.ngram, config=EngineConfig(
                     num_speculative_tokens=args.ngram_k, num_threads=args.threads)))}
     if args.compare_fixed:
-        # The demo draft proposing k every round, beside the engine's measured choice.
+        # Beside the engine's measured choice: the demo draft proposing k every round and
+        # prompt lookup verifying whatever its match asks for.
         variants["draft_fixed"] = warm(LLM(draft=demo_model_dir("draft"), config=EngineConfig(
             num_speculative_tokens=args.k, num_threads=args.threads,
+            adapt_speculative_tokens=False)))
+        variants["ngram_fixed"] = warm(LLM(ngram=args.ngram, config=EngineConfig(
+            num_speculative_tokens=args.ngram_k, num_threads=args.threads,
             adapt_speculative_tokens=False)))
     workloads: dict[str, list[str | list[int]]] = {
         "demo": list(DEMO_PROMPTS),
@@ -312,7 +316,7 @@ def markdown(results: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for workload in ("demo", "regenerate"):
             w = spec[workload]
-            for name in ("draft", "draft_fixed", "ngram"):
+            for name in ("draft", "draft_fixed", "ngram", "ngram_fixed"):
                 if name not in w:
                     continue
                 r = w[name]
@@ -347,7 +351,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=6,
                         help="most draft tokens per step (the engine picks k up to it)")
     parser.add_argument("--compare-fixed", action="store_true",
-                        help="also run the draft proposing --k tokens every round")
+                        help="also run the draft proposing --k tokens every round and prompt "
+                             "lookup uncut (the engine's choice off)")
     parser.add_argument("--ngram", type=int, default=3,
                         help="longest suffix n-gram prompt lookup matches")
     parser.add_argument("--ngram-k", type=int, default=8,

@@ -46,10 +46,11 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-speculative", type=positive_int,
                         default=ENGINE_DEFAULTS["num_speculative_tokens"],
                         help="most tokens proposed per step when speculating (a lone greedy "
-                             "request's rounds with a draft take the k up to it that "
-                             "measures fastest on this machine)")
+                             "request's rounds take the k up to it with the most expected "
+                             "tokens per second on this machine)")
     parser.add_argument("--fixed-speculative", action="store_true",
-                        help="propose --num-speculative tokens every round with a draft")
+                        help="propose --num-speculative tokens every round (prompt lookup: "
+                             "as many as its match asks for)")
     parser.add_argument("--speculative-max-batch", type=positive_int,
                         default=ENGINE_DEFAULTS["speculative_max_batch"],
                         help="speculate only while at most this many requests decode together")
@@ -263,9 +264,9 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"fp32 several-row setting: {f32_fetch.chosen['f32']} (4 and 7 rows: {timed})")
     if spec:
         costs = ", ".join(f"{ms:.2f}" for ms in spec.round_ms)
-        used = ", ".join(f"k={k + 1}: {n}" for k, n in enumerate(spec.rounds_by_k) if n)
-        print(f"draft tokens per round: by measured round cost (k=1..{spec.max_k}: {costs} "
-              f"ms) and counted agreement; rounds {used or 'none yet'}")
+        used = ", ".join(f"k={k}: {n}" for k, n in enumerate(spec.rounds_by_k) if n)
+        print(f"tokens proposed per round: by measured round cost (k=0..{spec.max_k}: "
+              f"{costs} ms) and counted agreement; rounds {used or 'none yet'}")
     print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
           f"({llm.config.dtype})")
     plan = llm.engine.memory_plan

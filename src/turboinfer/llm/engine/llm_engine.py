@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from turboinfer.errors import InvalidInputError
+from turboinfer.llm.backends import select
 from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.engine.block_manager import BlockManager
@@ -67,8 +68,8 @@ class LLMEngine:
         lookahead = config.num_speculative_tokens if self.proposer else 0
         # A lone greedy sequence's k per round, by measured costs (engine/spec_length.py).
         self.spec_length = (self._measure_spec_length()
-                            if isinstance(self.proposer, DraftModelProposer)
-                            and config.adapt_speculative_tokens else None)
+                            if self.proposer is not None and config.adapt_speculative_tokens
+                            else None)
         self.scheduler = Scheduler(config, self.block_manager, lookahead=lookahead)
         self.spec_stats = SpecStats()
         self.generator = torch.Generator(self.device).manual_seed(0)
@@ -199,22 +200,20 @@ class LLMEngine:
         return [seq]
 
     def _measure_spec_length(self) -> SpeculationLength | None:
-        """Round costs at k = 1..num_speculative_tokens, measured on this machine through
-        the native calls a lone greedy round makes (the target's greedy rows, the draft's
-        greedy steps); None where either does not run natively. The rounds write cache
-        blocks no sequence holds yet (the engine is new), at a position a short prompt
-        reaches."""
-        assert isinstance(self.proposer, DraftModelProposer)
+        """Round costs at k = 0..num_speculative_tokens, measured on this machine through
+        the native calls a lone greedy round makes (the target's greedy rows, a draft's
+        greedy steps); None where they do not run natively. The rounds write cache blocks
+        no sequence holds yet (the engine is new), at a position a short prompt reaches."""
         max_k = self.config.num_speculative_tokens
         start = min(64, self.max_seq_len - max_k - 2)
-        if start < 0:
+        if start < 0 or max_k + 1 > select.NATIVE_ROWS:
             return None
         table = list(range((start + max_k + 1) // self.config.block_size + 1))
-        feed = [int(t) % self.model.config.vocab_size for t in range(1, max_k + 2)]
-        propose = self.proposer.native_greedy_steps()
-        if propose is None or any(
-                self.runner.greedy_rows(StepItem(feed[:k + 1], start, table, k + 1)) is None
-                for k in (1, max_k)):
+        feed = [t % self.model.config.vocab_size for t in range(1, max_k + 2)]
+        propose = (self.proposer.native_greedy_steps()
+                   if isinstance(self.proposer, DraftModelProposer) else _no_draft)
+        if propose is None or self.runner.greedy_rows(StepItem(feed, start, table,
+                                                               max_k + 1)) is None:
             return None
         costs = measure_round_costs(
             lambda rows: self.runner.greedy_rows(StepItem(feed[:rows], start, table, rows)),
@@ -225,12 +224,20 @@ class LLMEngine:
     def _run_speculative(self, seqs: list[Sequence]) -> list[Sequence]:
         assert self.proposer is not None
         lone = len(seqs) == 1 and _plain_greedy(seqs[0])
+        # A lone greedy sequence's rounds are sized by measurement (engine/spec_length.py):
+        # a draft proposes the chosen k; prompt lookup's proposals are cut to the best k.
         adapt = self.spec_length if lone else None
+        drafted = isinstance(self.proposer, DraftModelProposer)
         # Never draft past the context or the request's token limit.
-        limits = [min(adapt.choose() if adapt else self.config.num_speculative_tokens,
+        limits = [min(adapt.choose() if adapt and drafted
+                      else self.config.num_speculative_tokens,
                       self.max_seq_len - s.num_tokens,
                       s.params.max_tokens - s.num_output_tokens - 1) for s in seqs]
-        proposals = self.proposer.propose(seqs, limits)
+        if isinstance(self.proposer, NgramProposer):
+            proposals = self.proposer.propose(seqs, limits,
+                                              truncate=adapt.truncate if adapt else None)
+        else:
+            proposals = self.proposer.propose(seqs, limits)
         items = [StepItem([s.token_ids[-1], *p.tokens], s.num_computed_tokens, s.block_table,
                           1 + len(p.tokens)) for s, p in zip(seqs, proposals, strict=True)]
         # A lone greedy sequence: the target's choice after each row in one native call.
@@ -318,6 +325,11 @@ class LLMEngine:
         running = self.scheduler.running
         return (self.block_manager.num_used_blocks, self.block_manager.num_blocks,
                 sum(s.num_tokens for s in running))
+
+
+def _no_draft(feed: list[int], start: int, table: list[int], steps: int) -> list[int]:
+    """Prompt lookup's proposal, as far as a round's cost goes: no model runs."""
+    return []
 
 
 def _plain_greedy(seq: Sequence) -> bool:

@@ -98,12 +98,17 @@ class NgramProposer:
         self._last: weakref.WeakKeyDictionary[Sequence, tuple[int, list[int]]] = (
             weakref.WeakKeyDictionary())
 
-    def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> list[Proposal]:
+    def propose(self, seqs: Seq[Sequence], limits: Seq[int], *,
+                truncate: Callable[[int], int] | None = None) -> list[Proposal]:
+        """``truncate``: how many of a proposal's tokens to keep (the engine's measured
+        choice, engine/spec_length.py); all where None."""
         out = []
         for seq, limit in zip(seqs, limits, strict=True):
             found, matched = self._lookup(seq.token_ids, min(limit, self.num_tokens))
             want = max(self.min_tokens, matched * (matched + 1) // 2, self._grown(seq))
             tokens = found[:want]
+            if truncate is not None and tokens:
+                tokens = tokens[:truncate(len(tokens))]
             if tokens:
                 self._last[seq] = (seq.num_tokens, tokens)
             else:

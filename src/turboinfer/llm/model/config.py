@@ -149,10 +149,10 @@ class EngineConfig:
     # The most tokens a round proposes; best measured for the demo model and draft on
     # an AMD Zen 3 (k=4..8 back to back, 1 thread; see benchmarks/llm/README.md).
     num_speculative_tokens: int = 6
-    # A lone greedy sequence's rounds with a draft propose the k (up to the above) with
-    # the most expected tokens per second: round costs measured when the engine is
-    # built, the draft's agreement counted as it runs (engine/spec_length.py). Off: k is
-    # num_speculative_tokens every round.
+    # A lone greedy sequence's rounds propose the k (up to the above; 0, a plain step)
+    # with the most expected tokens per second: round costs measured when the engine is
+    # built, agreement counted as it runs (engine/spec_length.py); prompt lookup's
+    # proposals are cut to it. Off: a draft proposes num_speculative_tokens every round.
     adapt_speculative_tokens: bool = True
     # Speculate only while at most this many sequences decode in a step. With more, the
     # step is busy enough that drafting costs more than verification saves (the gain
