@@ -2,10 +2,10 @@
 
 A round of k proposals costs the target's verification over k + 1 rows (and, with a
 draft model, the draft's k steps) and yields the proposals the target accepts plus one
-token of its own. Both sides are the machine's and the workload's. The demo target's
+token of its own. Both sides are the machine's and the workload's: the demo target's
 7-row verification costs 1.3x its 6-row one on an AMD Zen 4, whose fp32 passes take up
-to 6 rows at once (7 run as 4 + 3), where on a Zen 3 each extra row cost about the same;
-how often the draft agrees depends on the text. So the cost of a round at each k is
+to 6 rows at once (7 run as 4 + 3), and there k=4 beat k=6 by 10-24%, where on a Zen 3
+k=6 led; how often the draft agrees depends on the text. So the cost of a round at each k is
 measured when the engine is built (``measure_round_costs``: the native calls a lone
 greedy sequence's round makes, back to back, as the round makes them), and what rounds
 yield is counted as the engine runs (``SpeculationLength``).
