@@ -74,7 +74,7 @@ def reference(path: Path, tokens: int) -> dict[str, list[list[int]]]:
 
 
 def ours(path: Path, tokens: int) -> dict[str, list[list[int]]]:
-    llm = LLM(path)
+    llm = LLM(path, quant="none")   # fp32, as transformers runs the dequantized folder
     params = SamplingParams(max_tokens=tokens, temperature=0)
     template = ChatTemplate.from_folder(model_folder(path))  # as the server renders chat
     chat = llm.tokenizer.encode(template.render([{"role": "user", "content": CHAT}]),

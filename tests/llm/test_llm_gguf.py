@@ -251,3 +251,21 @@ def test_llm_convert_writes_a_folder_the_engine_loads(demo_f32: Path, tmp_path: 
     assert (LLM(out).generate("The module", params)[0].token_ids
             == LLM().generate("The module", params)[0].token_ids)
     assert main(["llm", "convert", str(tmp_path / "none.gguf"), "-o", str(out)]) == 2
+
+
+@pytest.mark.parametrize(("qtype", "mode"), [("Q4_1", "int4"), ("Q8_0", "q8"), ("F32", "none")])
+def test_a_gguf_file_runs_its_own_quantization_unless_asked(tmp_path: Path, qtype: str,
+                                                            mode: str) -> None:
+    """As llama.cpp runs a file: Q4 blocks on the int4 kernel, Q8_0 on the q8 one, float
+    weights as float; ``quant="none"`` keeps float32 weights."""
+    if native_status().library is None:
+        pytest.skip(f"native kernels absent: {native_status().reason}")
+    path = write_gguf(demo_model_dir(), tmp_path / f"demo-{qtype}.gguf", qtype=qtype)
+    llm = LLM(path)
+    assert llm.config.quant.value == mode
+    assert llm.quant_source == (f"the GGUF file's {qtype}" if mode != "none" else "none")
+    if mode != "none":
+        asked = LLM(path, quant="none")
+        assert asked.config.quant.value == "none" and asked.quant_source == "asked"
+    out = llm.generate(PROMPTS, SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))
+    assert all(len(o.token_ids) == 6 for o in out)

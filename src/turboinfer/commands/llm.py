@@ -54,10 +54,12 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-max-batch", type=positive_int,
                         default=ENGINE_DEFAULTS["speculative_max_batch"],
                         help="speculate only while at most this many requests decode together")
-    parser.add_argument("--quant", choices=["none", "int8", "int4", "q8"], default="none",
+    parser.add_argument("--quant", choices=["none", "int8", "int4", "q8"], default=None,
                         help="weight-only quantization of the linear layers: int8 per "
                         "output channel, int4 in groups, q8 int8 in groups of 32 with "
-                        "an fp16 scale (llama.cpp's Q8_0)")
+                        "an fp16 scale (llama.cpp's Q8_0); default none, but a GGUF file "
+                        "of Q4_0/Q4_1 or Q8_0 blocks runs its own (int4 or q8, the blocks "
+                        "as they are)")
     parser.add_argument("--group-size", type=int, choices=[32, 64, 128, 256],
                         default=ENGINE_DEFAULTS["quant_group_size"],
                         help="int4 group size along the input channels")
@@ -230,7 +232,8 @@ def _bench(args: argparse.Namespace) -> int:
     placed = placement_report(llm.model, llm.config, sum(r.output_tokens for r in results))
     llm.placement.close()
     if args.json:
-        print_json({"model": str(args.model or "demo"), "quant": args.quant,
+        print_json({"model": str(args.model or "demo"), "quant": llm.config.quant.value,
+                    "quant_source": llm.quant_source,
                     "draft": args.draft, "ngram": args.ngram, "threads": threads,
                     "thread_choice": (llm.thread_choice.to_dict() if llm.thread_choice
                                       else None),
@@ -267,6 +270,7 @@ def _bench(args: argparse.Namespace) -> int:
         used = ", ".join(f"k={k}: {n}" for k, n in enumerate(spec.rounds_by_k) if n)
         print(f"tokens proposed per round: by measured round cost (k=0..{spec.max_k}: "
               f"{costs} ms) and counted agreement; rounds {used or 'none yet'}")
+    print(f"weights: {llm.config.quant.value} ({llm.quant_source})")
     print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
           f"({llm.config.dtype})")
     plan = llm.engine.memory_plan

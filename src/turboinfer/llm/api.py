@@ -20,7 +20,7 @@ from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.engine.sampling_params import SamplingParams
 from turboinfer.llm.engine.sequence import Sequence
 from turboinfer.llm.model.config import BACKENDS, EngineConfig, QuantMode
-from turboinfer.llm.model.gguf import gguf_folder
+from turboinfer.llm.model.gguf import gguf_folder, own_quant
 from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.model.loader import load_model
 from turboinfer.llm.model.quant_device import quantize_for_device
@@ -75,7 +75,10 @@ class RequestOutput:
 
 
 class LLM:
-    """Generation over one model. ``model=None`` uses the shipped demo model."""
+    """Generation over one model. ``model=None`` uses the shipped demo model. ``quant``
+    None (and none in ``config``): float32 weights, or for a GGUF file of Q4_0/Q4_1 or
+    Q8_0 blocks (or a folder converted from one) the file's own quantization, as the
+    blocks are; ``"none"`` keeps float32 there too."""
 
     def __init__(self, model: str | Path | None = None, *, draft: str | Path | None = None,
                  ngram: int = 0, quant: str | QuantMode | None = None,
@@ -84,7 +87,7 @@ class LLM:
         folder = model_folder(model)
         base = config or EngineConfig()
         try:
-            # Not given: the config's (which defaults to none).
+            # Not given: the config's (which defaults to none; see a GGUF file's own below).
             quant_mode = QuantMode(base.quant if quant is None else quant)
         except ValueError:
             raise InvalidInputError(f"unknown quantization {quant!r}; use int8, int4 or "
@@ -103,6 +106,17 @@ class LLM:
         # device, another dtype, the torch backend asked for) runs torch modules on the
         # general path.
         self.general = where.type != "cpu" or chosen == "torch" or self.dtype != torch.float32
+        # None asked for, of a folder converted from a GGUF file of Q4 or Q8_0 blocks: the
+        # file's own quantization (q8 only where its kernel runs; int8 elsewhere).
+        asked = quant is not None or base.quant is not QuantMode.NONE
+        self.quant_source = "asked" if asked else "none"
+        own = None if asked else own_quant(folder)
+        if own is not None:
+            mode = QuantMode(own[0])
+            if mode is QuantMode.Q8 and (self.general or world_size(base) > 1
+                                         or base.expert_memory_gb):
+                mode = QuantMode.INT8
+            quant_mode, self.quant_source = mode, f"the GGUF file's {own[1]}"
         if quant_mode is QuantMode.Q8 and (self.general or world_size(base) > 1
                                            or base.expert_memory_gb):
             raise InvalidInputError("q8 runs on the CPU's own kernels in one process (float32, "

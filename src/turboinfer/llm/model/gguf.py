@@ -21,7 +21,11 @@ What is read from the file:
   (its converter permutes them for its RoPE kernel); they are put back in the order of
   the Hugging Face weights this engine's RoPE expects (Qwen2 files are not permuted);
 - the tokenizer and chat template, through ``transformers``' GGUF tokenizer converter,
-  saved as ``tokenizer.json`` / ``tokenizer_config.json``.
+  saved as ``tokenizer.json`` / ``tokenizer_config.json``;
+- which quantized types the layers' projections have (``gguf.json``): where they are all
+  Q4_0/Q4_1 or all Q8_0, a model loaded without a quantization asked for runs the file's
+  own (``own_quant``: int4 or q8, the blocks as they are), as llama.cpp would run it,
+  instead of float32 weights four to eight times the file's size.
 """
 
 from __future__ import annotations
@@ -55,7 +59,12 @@ _LAYER_NAMES = {
 }
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm",
               "output": "lm_head"}
-_FORMAT = 2  # bumped when the converted folder's layout changes
+_FORMAT = 3  # bumped when the converted folder's layout changes
+SOURCE_FILE = "gguf.json"   # what the folder was converted from: the projections' types
+# The file's own quantization, as the engine's mode that runs it: Q4_0/Q4_1 blocks on the
+# int4 kernel as they are, Q8_0 blocks on the q8 kernel (re-quantizing a dequantized Q8_0
+# block finds its scale and values again).
+OWN_QUANT = {"Q4_0": "int4", "Q4_1": "int4", "Q8_0": "q8"}
 EXACT_INT4_FILE = "int4.safetensors"
 # The int4 tensors' key suffixes, after the projection's HF name (``...q_proj``).
 INT4_PARTS = ("int4_packed", "int4_scales", "int4_mins")
@@ -99,8 +108,25 @@ def convert_gguf(path: Path, out: Path) -> Path:
     if int4:
         save_file(int4, str(out / EXACT_INT4_FILE))
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    projections = sorted({t.tensor_type.name for t in reader.tensors
+                          if t.name.startswith("blk.") and len(t.shape) == 2})
+    (out / SOURCE_FILE).write_text(json.dumps({"file": path.name,
+                                               "projection_types": projections}) + "\n")
     _save_tokenizer(path, out)
     return out
+
+
+def own_quant(folder: Path) -> tuple[str, str] | None:
+    """For a folder converted from a GGUF file whose layers' projections are all one
+    quantized type the engine runs as it is: (the engine's quant mode, the GGUF type);
+    else None (float weights, K-quants, mixed types: the weights load as float32)."""
+    try:
+        types = json.loads((Path(folder) / SOURCE_FILE).read_text())["projection_types"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if len(types) == 1 and types[0] in OWN_QUANT:
+        return OWN_QUANT[types[0]], types[0]
+    return None
 
 
 def _reader(path: Path) -> Any:
