@@ -255,11 +255,17 @@ static void softmax_span(float *s, int64_t len) {
 }
 
 /* Rows this far ahead are requested before they are read: hardware prefetchers follow
- * a block's slots but not the jump to the sequence's next block. */
-#define PREFETCH_ROWS 4
+ * a block's slots but not the jump to the sequence's next block. Into the L2, not the
+ * L1: a long context's keys and values come from memory (SmolLM2-135M at 2,000 tokens
+ * reads 92 MB of them a step), and fetches into the L1 hold its few miss buffers until
+ * the data arrives, so the walk ran at 6.5 GB/s, a third of what streaming reaches; into
+ * the L2, 16 rows ahead, the same decode step took 10 ms instead of 19-21 at 2,000
+ * tokens, 6.7-6.9 instead of 11-13 at 1,000 and 4.8-5.1 instead of 6.3 at 256 (AMD Zen
+ * 4, one thread; benchmarks/llm/README.md, "Long contexts"). */
+#define PREFETCH_ROWS 16
 
 static inline void prefetch_row(const float *row, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i, 0, 3);
+    for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i, 0, 2);
 }
 
 /* The first of a step's rows (row r at position start + r) that attends to position p. */
