@@ -40,7 +40,8 @@ from llama_cpp import Llama
 path = sys.argv[1]
 threads, prompt_len, gen_len = (int(a) for a in sys.argv[2:5])
 llm = Llama(model_path=path, n_ctx=prompt_len + gen_len + 8, n_threads=threads,
-            n_threads_batch=threads, n_batch=512, verbose=False)
+            n_threads_batch=threads, n_batch=max(512, prompt_len + gen_len + 8),
+            verbose=False)   # scores holds n_batch rows: the prompt's last must be one
 rng = random.Random(0)
 prompt = [rng.randrange(1, llm.n_vocab()) for _ in range(prompt_len)]
 llm.eval(prompt[:4])                       # warm-up, untimed

