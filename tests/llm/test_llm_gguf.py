@@ -263,7 +263,7 @@ def test_a_gguf_file_runs_its_own_quantization_unless_asked(tmp_path: Path, qtyp
     path = write_gguf(demo_model_dir(), tmp_path / f"demo-{qtype}.gguf", qtype=qtype)
     llm = LLM(path)
     assert llm.config.quant.value == mode
-    assert llm.quant_source == (f"the GGUF file's {qtype}" if mode != "none" else "none")
+    assert llm.quant_source == (f"the GGUF file's {qtype}" if mode != "none" else "the default")
     if mode != "none":
         asked = LLM(path, quant="none")
         assert asked.config.quant.value == "none" and asked.quant_source == "asked"

@@ -270,7 +270,8 @@ def _bench(args: argparse.Namespace) -> int:
         used = ", ".join(f"k={k}: {n}" for k, n in enumerate(spec.rounds_by_k) if n)
         print(f"tokens proposed per round: by measured round cost (k=0..{spec.max_k}: "
               f"{costs} ms) and counted agreement; rounds {used or 'none yet'}")
-    print(f"weights: {llm.config.quant.value} ({llm.quant_source})")
+    kind = llm.config.dtype if llm.config.quant.value == "none" else llm.config.quant.value
+    print(f"weights: {kind} ({llm.quant_source})")
     print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
           f"({llm.config.dtype})")
     plan = llm.engine.memory_plan

@@ -109,7 +109,7 @@ class LLM:
         # None asked for, of a folder converted from a GGUF file of Q4 or Q8_0 blocks: the
         # file's own quantization (q8 only where its kernel runs; int8 elsewhere).
         asked = quant is not None or base.quant is not QuantMode.NONE
-        self.quant_source = "asked" if asked else "none"
+        self.quant_source = "asked" if asked else "the default"
         own = None if asked else own_quant(folder)
         if own is not None:
             mode = QuantMode(own[0])
