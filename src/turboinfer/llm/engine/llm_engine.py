@@ -201,19 +201,19 @@ class LLMEngine:
 
     def _measure_spec_length(self) -> SpeculationLength | None:
         """Round costs at k = 0..num_speculative_tokens, measured on this machine through
-        the native calls a lone greedy round makes (the target's greedy rows, a draft's
-        greedy steps); None where they do not run natively. The rounds write cache blocks
-        no sequence holds yet (the engine is new), at a position a short prompt reaches."""
+        the calls a lone greedy round makes (the target's greedy rows, a draft's greedy
+        steps); None where the target's rows do not run natively. The rounds write cache
+        blocks no sequence holds yet (the engine is new), at a position a short prompt
+        reaches."""
         max_k = self.config.num_speculative_tokens
         start = min(64, self.max_seq_len - max_k - 2)
         if start < 0 or max_k + 1 > select.NATIVE_ROWS:
             return None
         table = list(range((start + max_k + 1) // self.config.block_size + 1))
         feed = [t % self.model.config.vocab_size for t in range(1, max_k + 2)]
-        propose = (self.proposer.native_greedy_steps()
-                   if isinstance(self.proposer, DraftModelProposer) else _no_draft)
-        if propose is None or self.runner.greedy_rows(StepItem(feed, start, table,
-                                                               max_k + 1)) is None:
+        propose = (self.proposer.greedy_steps if isinstance(self.proposer, DraftModelProposer)
+                   else _no_draft)
+        if self.runner.greedy_rows(StepItem(feed, start, table, max_k + 1)) is None:
             return None
         costs = measure_round_costs(
             lambda rows: self.runner.greedy_rows(StepItem(feed[:rows], start, table, rows)),

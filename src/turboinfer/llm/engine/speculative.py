@@ -192,27 +192,23 @@ class DraftModelProposer:
         return [Proposal(t, torch.stack(pr) if pr else None) for t, pr in zip(tokens, probs,
                                                                             strict=True)]
 
-    def native_greedy_steps(self) -> Callable[[list[int], int, list[int], int],
-                                              list[int]] | None:
-        """The one native call that proposes for a lone greedy sequence (feed, start,
-        block table, steps), where the draft has native kernels throughout."""
-        native = self.runner.native_decoder()
-        return native.greedy if native is not None and native.can_run_greedy() else None
-
-    def _propose_greedy_one(self, seq: Sequence, steps: int) -> list[int]:
-        """One greedy sequence (single-stream decoding, where speculation pays most): the
-        catch-up and the proposal steps in one native call where the draft has native
+    def greedy_steps(self, feed: list[int], start: int, table: list[int],
+                     steps: int) -> list[int]:
+        """A lone greedy sequence's proposal: feed ``feed`` at ``start`` (the catch-up),
+        then ``steps`` greedy tokens. In one native call where the draft has native
         kernels throughout (LM head included), else through the runner's native step,
         else through the lean single-sequence decoder."""
-        start = seq.num_draft_computed
         native = self.runner.native_decoder()
-        feed = seq.token_ids[start:]
         if native is not None and native.can_run_greedy():
-            tokens = native.greedy(feed, start, seq.block_table, steps)
-        elif native is not None or self.single is None:
-            tokens = self._native_greedy(feed, start, seq.block_table, steps)
-        else:
-            tokens = self.single.greedy(feed, start, seq.block_table, steps)
+            return native.greedy(feed, start, table, steps)
+        if native is not None or self.single is None:
+            return self._native_greedy(feed, start, table, steps)
+        return self.single.greedy(feed, start, table, steps)
+
+    def _propose_greedy_one(self, seq: Sequence, steps: int) -> list[int]:
+        """One greedy sequence (single-stream decoding, where speculation pays most)."""
+        start = seq.num_draft_computed
+        tokens = self.greedy_steps(seq.token_ids[start:], start, seq.block_table, steps)
         # The catch-up and every proposed token but the last now have draft KV.
         seq.num_draft_computed = seq.num_tokens + len(tokens) - 1
         return tokens
