@@ -3,6 +3,7 @@ and the measured selection swaps layers without changing what the model computes
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 from turboinfer.llm.backends.cpu import kernels
-from turboinfer.llm.backends.cpu.kernel_candidates import candidates
+from turboinfer.llm.backends.cpu.kernel_candidates import Kernel, candidates
 from turboinfer.llm.backends.cpu.kernels import (
     NATIVE_STEP_MARGIN,
     FastLinear,
@@ -85,13 +86,83 @@ def test_a_close_native_kernel_wins_at_one_row(monkeypatch: pytest.MonkeyPatch, 
     assert 1.2 <= NATIVE_STEP_MARGIN < 1.3
     cands = [c for c in candidates(QuantMode.NONE)
              if c.name in ("fp32_transposed", "fp32_native")]
-    monkeypatch.setattr(kernels, "time_kernels", lambda built, x, *args: {
+    monkeypatch.setattr(kernels, "time_kernels", lambda built, x, *args, **kwargs: {
         "fp32_transposed": 1.0, "fp32_native": native_ms})
+    monkeypatch.setattr(kernels, "_confirmed_close", lambda native, other, x: False)
     # The one real timing left, each candidate's first call, must not drop either: a
     # preempted microsecond call can look 4x slower on a busy machine.
     monkeypatch.setattr(kernels, "DROP_FACTOR", float("inf"))
     choice = measure_shape(cands, torch.randn(8, 16), None, rows, QuantMode.NONE)
     assert choice.chosen == chosen
+
+
+@pytest.mark.parametrize("rows,chosen", [(1, "fp32_native"), (16, "fp32_transposed")])
+def test_a_native_kernel_whose_best_round_is_close_wins_at_one_row(
+        monkeypatch: pytest.MonkeyPatch, rows: int, chosen: str) -> None:
+    """Medians that say the native kernel is 10x slower (most rounds preempted), best
+    rounds that say it is as fast: at one row the best rounds decide it."""
+    if not any(c.name == "fp32_native" for c in candidates(QuantMode.NONE)):
+        pytest.skip("native kernels absent")
+    cands = [c for c in candidates(QuantMode.NONE)
+             if c.name in ("fp32_transposed", "fp32_native")]
+
+    def timed(built: dict[str, object], x: torch.Tensor, *args: object,
+              best: dict[str, float] | None = None) -> dict[str, float]:
+        if best is not None:
+            best.update({"fp32_transposed": 0.9, "fp32_native": 1.0})
+        return {"fp32_transposed": 1.0, "fp32_native": 10.0}
+
+    monkeypatch.setattr(kernels, "time_kernels", timed)
+    monkeypatch.setattr(kernels, "_confirmed_close", lambda native, other, x: False)
+    monkeypatch.setattr(kernels, "DROP_FACTOR", float("inf"))
+    choice = measure_shape(cands, torch.randn(8, 16), None, rows, QuantMode.NONE)
+    assert choice.chosen == chosen
+
+
+@pytest.mark.parametrize("confirmed,chosen", [(True, "fp32_native"), (False, "fp32_transposed")])
+def test_a_native_kernel_that_lost_every_round_is_timed_again_apart(
+        monkeypatch: pytest.MonkeyPatch, confirmed: bool, chosen: str) -> None:
+    if not any(c.name == "fp32_native" for c in candidates(QuantMode.NONE)):
+        pytest.skip("native kernels absent")
+    cands = [c for c in candidates(QuantMode.NONE)
+             if c.name in ("fp32_transposed", "fp32_native")]
+    monkeypatch.setattr(kernels, "time_kernels", lambda built, x, *args, **kwargs: {
+        "fp32_transposed": 1.0, "fp32_native": 3.0})
+    asked: list[tuple[str, str]] = []
+
+    def confirm(native: list[Kernel], other: list[Kernel], x: torch.Tensor) -> bool:
+        asked.append((native[0].name, other[0].name))
+        return confirmed
+
+    monkeypatch.setattr(kernels, "_confirmed_close", confirm)
+    monkeypatch.setattr(kernels, "DROP_FACTOR", float("inf"))
+    assert measure_shape(cands, torch.randn(8, 16), None, 1, QuantMode.NONE).chosen == chosen
+    assert asked == [("fp32_native", "fp32_transposed")]
+
+
+def test_timed_apart_a_kernel_is_close_to_itself_and_not_to_a_slower_one() -> None:
+    weight, x = torch.randn(64, 32), torch.randn(1, 32)
+
+    def fast(x: torch.Tensor) -> torch.Tensor:
+        return x @ weight.t()
+
+    def slow(x: torch.Tensor) -> torch.Tensor:
+        start = time.perf_counter()
+        while time.perf_counter() - start < 2e-3:
+            pass
+        return x @ weight.t()
+
+    assert kernels._confirmed_close([fast], [fast], x)
+    assert not kernels._confirmed_close([slow], [fast], x)
+
+
+def test_time_kernels_reports_each_kernels_best_round() -> None:
+    weight = torch.randn(64, 32)
+    built = {"a": [lambda x: x @ weight.t()], "b": [lambda x: (x @ weight.t()).relu()]}
+    best: dict[str, float] = {}
+    medians = kernels.time_kernels(built, torch.randn(1, 32), rounds=3, best=best)
+    assert set(best) == set(medians) == {"a", "b"}
+    assert all(0 < best[n] <= medians[n] for n in medians)
 
 
 def _dequantized(model: nn.Module, mode: QuantMode) -> nn.Module:

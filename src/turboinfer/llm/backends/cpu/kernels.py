@@ -64,6 +64,8 @@ ROUNDS = 5
 # product's timing cannot see it; the one-row timings of close kernels also swap from load
 # to load.
 NATIVE_STEP_MARGIN = 1.25
+# Blocks of each kernel when a native one lost at one row by more than the margin.
+CONFIRM_ROUNDS = 3
 MAX_COPIES = 16             # weight copies rotated through, so timing reads from memory
 ROUND_BUDGET_S = 0.01       # per candidate and round; at least one call
 DROP_FACTOR = 4.0           # a candidate this much slower on its first call is not timed on
@@ -91,10 +93,11 @@ class KernelChoice:
 
 def time_kernels(kernels: dict[str, list[Kernel]], x: torch.Tensor,
                  rounds: int = ROUNDS, per_call: dict[str, float] | None = None,
-                 ) -> dict[str, float]:
+                 best: dict[str, float] | None = None) -> dict[str, float]:
     """Median milliseconds per call of each kernel on ``x``, in interleaved rounds; each
     call goes to the next of the kernel's copies. ``per_call`` (seconds, of warm calls)
-    sizes the rounds without another warm-up."""
+    sizes the rounds without another warm-up. ``best``, where given, gets each kernel's
+    fastest round (ms per call)."""
     if per_call is None:
         per_call = {}
         for name, copies in kernels.items():
@@ -112,6 +115,8 @@ def time_kernels(kernels: dict[str, list[Kernel]], x: torch.Tensor,
             for i in range(reps[name]):
                 copies[i % len(copies)](x)
             samples[name].append((time.perf_counter() - start) / reps[name])
+    if best is not None:
+        best.update({n: 1e3 * min(s) for n, s in samples.items()})
     return {n: 1e3 * statistics.median(s) for n, s in samples.items()}
 
 
@@ -150,14 +155,18 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
         start = time.perf_counter()
         kernel(x)
         first[cand.name] = time.perf_counter() - start
-        if first[cand.name] > (PREFILL_DROP_FACTOR if prefill else DROP_FACTOR) * min(
-                first.values()):
+        # A native kernel at one row is always timed: one preempted first call must not
+        # cost a lone sequence its one-call decode step (see NATIVE_STEP_MARGIN).
+        keep = rows == 1 and cand.name in NATIVE_KERNELS
+        factor = PREFILL_DROP_FACTOR if prefill else DROP_FACTOR
+        if not keep and first[cand.name] > factor * min(first.values()):
             dropped.append(cand.name)
             continue
         copies = (1 if prefill else
                   min(MAX_COPIES, math.ceil(2 * last_level_cache_bytes() / kernel.read_bytes)))
         kernels[cand.name] = [kernel] + [cand.build(weight, bias, rows)
                                          for _ in range(copies - 1)]
+    best: dict[str, float] = {}     # each kernel's fastest round, few-row timings only
     if prefill:
         # Prompt chunks run on the general path, where native kernels run solo
         # (runner.py): timed so.
@@ -171,16 +180,44 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
             if library is not None:
                 library.set_solo(solo)
     else:
-        timings = time_kernels(kernels, x)
+        timings = time_kernels(kernels, x, best=best)
     timings.update({n: 1e3 * first[n] for n in dropped})
     chosen = min(kernels, key=timings.__getitem__)
     native = min((n for n in kernels if n in NATIVE_KERNELS), key=timings.__getitem__,
                  default=None)
-    if (rows == 1 and native is not None
-            and timings[native] <= NATIVE_STEP_MARGIN * timings[chosen]):
+    if rows == 1 and native is not None and native != chosen and (
+            timings[native] <= NATIVE_STEP_MARGIN * timings[chosen]
+            or best.get(native, math.inf) <= NATIVE_STEP_MARGIN * best.get(chosen, 0.0)
+            or _confirmed_close(kernels[native], kernels[chosen], x)):
+        # By the medians, by each kernel's fastest round (noise only adds time), or by
+        # the two timed again apart: at two threads on a shared 2-core machine a native
+        # kernel timed among torch's kernels measured 2-10x its own time in every round
+        # now and then (0.12 against 0.011 ms), which cost the demo draft its one-call
+        # steps (4 of them 1.5 ms instead of 0.13) and its speculative decoding most of
+        # its gain.
         chosen = native
     return KernelChoice(mode.value, weight.shape[0], weight.shape[1], rows, chosen,
                         timings, dropped=tuple(dropped))
+
+
+def _confirmed_close(native: list[Kernel], other: list[Kernel], x: torch.Tensor) -> bool:
+    """Whether ``native`` is within NATIVE_STEP_MARGIN of ``other`` timed apart, as a
+    decode step calls it: each in blocks of its own calls after an untimed warm-up of
+    the same length (torch's threads may still spin from the kernel timed before), the
+    fastest of ``CONFIRM_ROUNDS`` blocks each."""
+    best = []
+    for copies in (native, other):
+        blocks = []
+        for _ in range(CONFIRM_ROUNDS):
+            for timed in (False, True):
+                start, calls = time.perf_counter(), 0
+                while time.perf_counter() - start < ROUND_BUDGET_S:
+                    copies[calls % len(copies)](x)
+                    calls += 1
+                if timed:
+                    blocks.append((time.perf_counter() - start) / calls)
+        best.append(min(blocks))
+    return best[0] <= NATIVE_STEP_MARGIN * best[1]
 
 
 class SelectedLinear(nn.Module):
