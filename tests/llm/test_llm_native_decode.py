@@ -193,7 +193,8 @@ def test_the_engine_decodes_a_lone_greedy_sequence_through_greedy_rows(
     """Plain greedy decoding of one request takes the one-call path (no logits come
     back) and gives the tokens the logits path gives; logprobs keep the logits path."""
     engine = LLMEngine(_native_model(tiny_llama_dir, QuantMode.NONE),
-                       EngineConfig(block_size=4, num_blocks=32, num_threads=1))
+                       EngineConfig(block_size=4, num_blocks=32, num_threads=1,
+                                    decode_burst_ms=0))
     prompt = [(7 * j + 3) % 128 for j in range(9)]
     greedy = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
     with_logprobs = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, logprobs=0)
@@ -219,6 +220,47 @@ def test_the_engine_decodes_a_lone_greedy_sequence_through_greedy_rows(
     logits_path = generate(with_logprobs)
     assert not calls
     assert fused == logits_path
+
+
+def test_a_lone_greedy_sequence_decodes_in_bursts_with_the_same_tokens(
+        tiny_llama_dir: Path, native_only: None) -> None:
+    """Alone, a greedy request runs several steps per native call (ModelRunner.
+    greedy_steps) and gets the tokens one step at a time gives, to its token limit and
+    to a stop token in the middle of a burst; beside another request it steps one token
+    at a time."""
+    model = _native_model(tiny_llama_dir, QuantMode.NONE)
+    prompt = [(7 * j + 3) % 128 for j in range(9)]
+
+    def engine(burst_ms: float) -> LLMEngine:
+        return LLMEngine(model, EngineConfig(block_size=4, num_blocks=64, num_threads=1,
+                                             decode_burst_ms=burst_ms))
+
+    def generate(eng: LLMEngine, params: SamplingParams, others: int = 0) -> list[int]:
+        seq = eng.add_request(prompt, params)
+        for i in range(others):
+            eng.add_request([(5 * j + i) % 128 for j in range(6)], params)
+        while eng.has_unfinished():
+            eng.step()
+        return list(seq.output_token_ids)
+
+    greedy = SamplingParams(max_tokens=13, temperature=0, ignore_eos=True)
+    one_at_a_time = generate(engine(0), greedy)
+    bursting = engine(1e3)      # one burst as long as the engine allows
+    steps: list[int] = []
+    original = bursting.runner.greedy_steps
+
+    def counted(item: StepItem, n: int) -> list[int] | None:
+        steps.append(n)
+        return original(item, n)
+
+    bursting.runner.greedy_steps = counted  # type: ignore[method-assign]
+    assert generate(bursting, greedy) == one_at_a_time
+    assert steps and max(steps) > 1 and sum(steps) <= 12   # the first token is the prompt's
+    stop = SamplingParams(max_tokens=13, temperature=0, stop_token_ids=(one_at_a_time[5],))
+    assert generate(bursting, stop) == one_at_a_time[:one_at_a_time.index(one_at_a_time[5]) + 1]
+    steps.clear()
+    assert generate(bursting, greedy, others=1) == one_at_a_time
+    assert not steps
 
 
 def test_fp32_layers_without_a_native_pick_get_their_own(tiny_llama_dir: Path,

@@ -104,6 +104,23 @@ class ModelRunner:
             self.num_forwards += 1
         return ids
 
+    @torch.inference_mode()
+    def greedy_steps(self, item: StepItem, steps: int) -> list[int] | None:
+        """``steps`` greedy decode steps of a lone sequence from ``item`` (its one new
+        token) in one native call: what ``steps`` calls of ``greedy_rows`` would return,
+        bit for bit (the same one-row kernels, LM head included); None where the step
+        does not run on the native decoder with a native one-row LM head."""
+        if self._on_gpu or len(item.token_ids) != 1:
+            return None
+        decoder = select.choose_step([item], self._lone, self._batched)
+        if not isinstance(decoder, NativeDecoder) or not decoder.can_run_steps():
+            return None
+        if self._library is not None:
+            self._library.set_solo(False)
+        ids = decoder.greedy(item.token_ids, item.start, item.block_table, steps)
+        self.num_forwards += steps
+        return ids
+
     def _device(self) -> GraphDecoder | None:
         """The graphed decoder on a GPU, once settled (measured, or forced)."""
         if not self._device_settled:

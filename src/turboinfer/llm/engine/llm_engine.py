@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from turboinfer.errors import InvalidInputError
@@ -77,6 +79,9 @@ class LLMEngine:
         if tokenizer is not None:
             self.eos_ids |= set(tokenizer.eos_token_ids)
         self._by_request: dict[str, Sequence] = {}
+        # Milliseconds per token of a lone greedy sequence's plain steps (a running
+        # average): how many steps a burst of decode_burst_ms takes.
+        self._plain_token_ms: float | None = None
         self.guides = Guides(tokenizer, model.config.vocab_size, min(self.eos_ids, default=None))
 
     # -- requests ----------------------------------------------------------------------
@@ -140,7 +145,10 @@ class LLMEngine:
         plain = [d for d in decodes if d[0].guide is not None] if speculate else decodes
         updated = self._run_plain(prefills + plain)
         if speculate:
+            started = time.perf_counter()
             updated += self._run_speculative([s for s, _ in free])
+            if len(free) == 1 and not prefills and not plain:
+                self._more_rounds(free[0][0], started)
         for seq in updated:
             if seq.is_finished:
                 self._by_request.pop(seq.request_id, None)
@@ -184,20 +192,66 @@ class LLMEngine:
 
     def _greedy_decode(self, seq: Sequence, n: int) -> list[Sequence] | None:
         """A lone greedy sequence's decode step as one native call that returns the
-        token (``ModelRunner.greedy_rows``): no logits back in Python, no sampler. None
-        where that does not apply (the step is not one token, the request wants logprobs
-        or follows a grammar, or the step does not run natively)."""
+        token (``ModelRunner.greedy_rows``): no logits back in Python, no sampler; with
+        no other request running or waiting, a burst of steps in one call
+        (``ModelRunner.greedy_steps``, ``decode_burst_ms``). None where that does not
+        apply (the step is not one token, the request wants logprobs or follows a
+        grammar, or the step does not run natively)."""
         start = seq.num_computed_tokens
         if (n != 1 or start + 1 != seq.num_tokens or not _plain_greedy(seq)):
             return None
-        ids = self.runner.greedy_rows(StepItem(seq.token_ids[start:], start, seq.block_table,
-                                               1))
+        item = StepItem(seq.token_ids[start:], start, seq.block_table, 1)
+        steps = self._burst_steps(seq)
+        began = time.perf_counter()
+        ids = self.runner.greedy_steps(item, steps) if steps > 1 else None
         if ids is None:
-            return None
-        seq.num_computed_tokens += 1
+            ids = self.runner.greedy_rows(item)
+            if ids is None:
+                return None
+        ms = 1e3 * (time.perf_counter() - began) / len(ids)
+        self._plain_token_ms = ms if self._plain_token_ms is None else (
+            0.8 * self._plain_token_ms + 0.2 * ms)
+        # Every fed token now has its keys and values; the last one out has none yet.
+        seq.num_computed_tokens += len(ids)
         self.block_manager.commit(seq)
         self._append(seq, ids, None, 0)
         return [seq]
+
+    def _alone(self, seq: Sequence) -> bool:
+        """``seq`` is the only request running and none waits: a burst delays no one."""
+        running = self.scheduler.running
+        return (self.config.decode_burst_ms > 0 and not self.scheduler.waiting
+                and len(running) == 1 and running[0] is seq)
+
+    def _burst_steps(self, seq: Sequence) -> int:
+        """Plain steps for the next call: about ``decode_burst_ms`` of them (4 before
+        one is timed), within the request's tokens and the context, for which cache
+        slots are reserved now; 1 where there are none to reserve or no burst applies."""
+        if not self._alone(seq):
+            return 1
+        per_token = self._plain_token_ms
+        steps = 4 if per_token is None else int(self.config.decode_burst_ms / per_token)
+        steps = min(steps, MAX_BURST_STEPS,
+                    seq.params.max_tokens - seq.num_output_tokens,
+                    self.max_seq_len - seq.num_tokens + 1)
+        if steps < 2 or not self.block_manager.can_append(seq, steps - 1):
+            return 1
+        self.block_manager.append_slots(seq, steps - 1)
+        return steps
+
+    def _more_rounds(self, seq: Sequence, started: float) -> None:
+        """A lone greedy sequence's speculative rounds back to back while the engine
+        step has lasted less than ``decode_burst_ms``, each reserving its lookahead as
+        the scheduler does; stops where the cache has no room."""
+        budget = self.config.decode_burst_ms / 1e3
+        while (not seq.is_finished and _plain_greedy(seq) and self._alone(seq)
+               and time.perf_counter() - started < budget):
+            lookahead = min(self.scheduler.lookahead,
+                            self.scheduler.capacity - seq.num_tokens)
+            if lookahead < 0 or not self.block_manager.can_append(seq, lookahead):
+                return
+            self.block_manager.append_slots(seq, lookahead)
+            self._run_speculative([seq])
 
     def _measure_spec_length(self) -> SpeculationLength | None:
         """Round costs at k = 0..num_speculative_tokens, measured on this machine through
@@ -325,6 +379,11 @@ class LLMEngine:
         running = self.scheduler.running
         return (self.block_manager.num_used_blocks, self.block_manager.num_blocks,
                 sum(s.num_tokens for s in running))
+
+
+# The most plain steps one burst takes, whatever the clock says (a model whose step is
+# microseconds would otherwise hold the engine for hundreds of tokens' bookkeeping).
+MAX_BURST_STEPS = 32
 
 
 def _no_draft(feed: list[int], start: int, table: list[int], steps: int) -> list[int]:

@@ -155,6 +155,14 @@ class NativeDecoder:
         self._rows_head = rows_head
         self._one_row_head = head is not None and self.lm_head is head
         self._logits = torch.empty(0)     # greedy_rows' logits, grown to the rows asked
+        # The one-call paths' arguments, kept and grown rather than made per call: a
+        # verification round or a burst of steps makes two calls, where building torch
+        # tensors for the ids, the table and the states cost more than the calls' own
+        # Python (benchmarks/llm/README.md, "Speculative rounds on a Zen 4").
+        self._ids = _Int64Buffer()
+        self._table = _Int64Buffer()
+        self._out = _Int64Buffer()
+        self._x = torch.empty(0)
         self.f32_prefetch: PrefetchChoice | None = None    # set by build
 
     @classmethod
@@ -256,23 +264,33 @@ class NativeDecoder:
         in rounding)."""
         rows = len(tokens)
         head = self._rows_head
-        if head is None or (rows == 1 and not self._one_row_head):
+        if head is None or (rows == 1 and not self._one_row_head) or not self.embed.is_contiguous():
             return None
-        x, table = self._step_inputs(tokens, start, block_table)
+        used = (start + rows - 1) // self.block_size + 1
+        if len(block_table) < used:
+            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
+                             f"position {start + rows - 1}")
         if self._logits.numel() < rows * head.n:
             self._logits = torch.empty(rows * head.n)
-        out = torch.empty(rows, dtype=torch.long)
+        if self._x.numel() < rows * self.dims[1]:
+            self._x = torch.empty(rows * self.dims[1])
         rc = self.lib.greedy_rows(ctypes.addressof(self.layers), *self.dims, self.eps,
                                   self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
-                                  self.sin.data_ptr(), table.data_ptr(), self.block_size,
-                                  ctypes.addressof(head), start, rows, x.data_ptr(),
-                                  self._logits.data_ptr(), out.data_ptr())
+                                  self.sin.data_ptr(), self._table.fill(block_table[:used]),
+                                  self.block_size, ctypes.addressof(head), self.embed.data_ptr(),
+                                  self._ids.fill(tokens), start, rows, self._x.data_ptr(),
+                                  self._logits.data_ptr(), self._out.reserve(rows))
         if rc:
             raise MemoryError("native greedy rows: no memory for their buffers")
-        return out.tolist()
+        return self._out.read(rows)
 
     def can_run_greedy(self) -> bool:
         return self.native_head is not None
+
+    def can_run_steps(self) -> bool:
+        """Whether ``greedy`` gives what one-row ``greedy_rows`` calls give: its LM head
+        is also the one-row pick."""
+        return self.native_head is not None and self._one_row_head
 
     def greedy(self, feed: list[int], start: int, block_table: list[int],
                steps: int) -> list[int]:
@@ -283,14 +301,34 @@ class NativeDecoder:
         if len(block_table) < used or not feed or steps < 1:
             raise ValueError(f"greedy steps need a feed, a step and a block for position "
                              f"{start + len(feed) + steps - 2}")
-        table = torch.tensor(block_table[:used], dtype=torch.long)
-        tokens = torch.tensor(feed, dtype=torch.long)
-        out = torch.empty(steps, dtype=torch.long)
         rc = self.lib.greedy_steps(ctypes.addressof(self.layers), *self.dims, self.eps,
                                    self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
-                                   self.sin.data_ptr(), table.data_ptr(), self.block_size,
-                                   self.embed.data_ptr(), ctypes.addressof(self.native_head),
-                                   tokens.data_ptr(), len(feed), start, steps, out.data_ptr())
+                                   self.sin.data_ptr(), self._table.fill(block_table[:used]),
+                                   self.block_size, self.embed.data_ptr(),
+                                   ctypes.addressof(self.native_head), self._ids.fill(feed),
+                                   len(feed), start, steps, self._out.reserve(steps))
         if rc:
             raise MemoryError("native greedy steps: no memory for their buffers")
-        return out.tolist()
+        return self._out.read(steps)
+
+
+class _Int64Buffer:
+    """A ctypes int64 array reused across calls, grown (doubling) when too short."""
+
+    def __init__(self) -> None:
+        self._data = (ctypes.c_int64 * 16)()
+
+    def reserve(self, n: int) -> int:
+        """The address of room for ``n`` values."""
+        if len(self._data) < n:
+            self._data = (ctypes.c_int64 * max(n, 2 * len(self._data)))()
+        return ctypes.addressof(self._data)
+
+    def fill(self, values: list[int]) -> int:
+        """``values`` copied in; their address."""
+        address = self.reserve(len(values))
+        self._data[:len(values)] = values  # type: ignore[assignment]  # ints go in as-is
+        return address
+
+    def read(self, n: int) -> list[int]:
+        return self._data[:n]

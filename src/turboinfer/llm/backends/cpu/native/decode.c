@@ -669,17 +669,20 @@ int ti_greedy_steps(const ti_layer *layers, int64_t num_layers, int64_t hidden, 
     return rc;
 }
 
-/* The greedy choice after each of rows new tokens of one sequence: one step over the
- * rows (x: their embeddings in, the final-normed states out), the LM head over every
- * row into logits [rows, vocab] and each row's argmax into out. A plain greedy decode
- * step (one row) and a speculative verification (the proposal's rows) need no more;
- * the LM head is the same native kernel the step's Python path calls, so the choices
- * are those of that path's logits. */
+/* The greedy choice after each of rows new tokens of one sequence (ids, their rows of
+ * embed): one step over the rows (x: scratch of rows x hidden, the final-normed states
+ * out), the LM head over every row into logits [rows, vocab] and each row's argmax into
+ * out. A plain greedy decode step (one row) and a speculative verification (the
+ * proposal's rows) need no more; the LM head is the same native kernel the step's
+ * Python path calls, so the choices are those of that path's logits. */
 int ti_greedy_rows(const ti_layer *layers, int64_t num_layers, int64_t hidden, int64_t heads,
                    int64_t kv_heads, int64_t head_dim, int64_t inner, float eps, float scale,
                    const float *final_norm, const float *cos, const float *sin_signed,
                    const int64_t *table, int64_t block_size, const ti_linear *lm_head,
-                   int64_t start, int64_t rows, float *x, float *logits, int64_t *out) {
+                   const float *embed, const int64_t *ids, int64_t start, int64_t rows,
+                   float *x, float *logits, int64_t *out) {
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(x + r * hidden, embed + ids[r] * hidden, (size_t)hidden * sizeof(float));
     int rc = ti_decode_step(layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps,
                             scale, final_norm, cos, sin_signed, table, block_size, start, rows,
                             x);

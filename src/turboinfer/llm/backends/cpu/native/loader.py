@@ -105,12 +105,12 @@ class NativeLibrary:
             [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _i64,
              _ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr])
         # (layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps, scale,
-        #  final_norm, cos, sin_signed, table, block_size, lm_head, start, rows, x,
-        #  logits, out)
+        #  final_norm, cos, sin_signed, table, block_size, lm_head, embed, ids, start,
+        #  rows, x, logits, out)
         self.greedy_rows = self._fn(
             "ti_greedy_rows",
             [_ptr, _i64, _i64, _i64, _i64, _i64, _i64, _f32, _f32, _ptr, _ptr, _ptr, _ptr, _i64,
-             _ptr, _i64, _i64, _ptr, _ptr, _ptr])
+             _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr])
 
         # (layers, num_layers, hidden, heads, kv_heads, head_dim, inner, eps, scale,
         #  final_norm, cos, sin_signed, positions, slots, lens, tables, max_blocks,
