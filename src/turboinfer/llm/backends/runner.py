@@ -87,7 +87,9 @@ class ModelRunner:
             self._library.set_solo(backend is self.general)
         return backend.run(items)
 
-    @torch.inference_mode()
+    # No inference_mode here (nor on greedy_steps): no tensor op runs on this path once
+    # the decoders are built (they are built under it), and entering and leaving it
+    # cost a tenth of the call's Python.
     def greedy_rows(self, item: StepItem) -> list[int] | None:
         """The greedy choice after each of ``item``'s tokens (all its rows' logits asked
         for), in one native call where a lone sequence's step runs on the native decoder
@@ -104,7 +106,6 @@ class ModelRunner:
             self.num_forwards += 1
         return ids
 
-    @torch.inference_mode()
     def greedy_steps(self, item: StepItem, steps: int) -> list[int] | None:
         """``steps`` greedy decode steps of a lone sequence from ``item`` (its one new
         token) in one native call: what ``steps`` calls of ``greedy_rows`` would return,
@@ -157,8 +158,10 @@ class ModelRunner:
                                                                       NativeDecoder):
             self._lean = None
         if self._lean is None:
-            found = select.lone_decoder(self.model, self.kv_cache, native=self.native_decode,
-                                        pick_prefetch=self.pick_prefetch)
+            with torch.inference_mode():
+                found = select.lone_decoder(self.model, self.kv_cache,
+                                            native=self.native_decode,
+                                            pick_prefetch=self.pick_prefetch)
             if found is None:
                 self.lean_decode = False
                 return None
@@ -170,7 +173,8 @@ class ModelRunner:
         """Built on first use (the kernels are chosen by then); where the library is
         absent or the model is not dense float32, the switch goes off for good."""
         if self._batch is None:
-            self._batch = select.batch_decoder(self.model, self.kv_cache)
+            with torch.inference_mode():
+                self._batch = select.batch_decoder(self.model, self.kv_cache)
             if self._batch is None:
                 self.batch_decode = False
         return self._batch
