@@ -161,10 +161,11 @@ class EngineConfig:
     # batch shrinks.
     speculative_max_batch: int = 8
     # A lone greedy sequence, with no other request running or waiting, runs about this
-    # many milliseconds of plain decode steps in one native call (as a draft proposes):
-    # the engine's work between steps comes once per burst. The demo model at two
-    # threads: 0.23 against 0.28 ms a token; at one thread no change. New requests wait
-    # at most one burst. 0: one step per engine step.
+    # many milliseconds of plain decode steps in one native call (as a draft proposes),
+    # and of speculative rounds per engine step: the engine's work between steps comes
+    # once per burst. The demo model, bursts on against off: 1.09-1.16x at two threads,
+    # 0.99-1.08x at one (benchmarks/llm/README.md, "Speculative rounds on a Zen 4").
+    # New requests wait at most one burst. 0: one step per engine step.
     decode_burst_ms: float = 2.0
     # The draft's weights. Its proposals only need to agree with the target, which
     # verifies every token, so quantization costs no exactness and cuts the draft's step
