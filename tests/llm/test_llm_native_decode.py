@@ -330,3 +330,51 @@ def test_the_fp32_fetch_ahead_is_measured_at_build_and_changes_no_result(
         assert runner.decode_path() == "native" and library.set_prefetch(-1, "f32") == 256
     finally:
         library.set_prefetch(before, "f32")
+
+
+@pytest.fixture(scope="module")
+def long_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from llm_helpers import save_random_hf_model
+
+    return save_random_hf_model(tmp_path_factory.mktemp("long_llama"), seed=3,
+                                max_position_embeddings=1024, hidden_size=96,
+                                num_attention_heads=6, num_key_value_heads=3)
+
+
+def test_long_contexts_give_the_same_bits_on_any_thread_count_and_row_count(
+        long_llama_dir: Path, native_only: None) -> None:
+    """Past 128 positions the step's attention runs in chunks split across threads
+    (decode.c, ATTEND_CHUNK): one and two threads give the same logits to the bit, a
+    verification's rows what one-row steps give, and the logits stay those of the
+    torch path."""
+    from turboinfer.llm.backends.cpu.native import native_status
+
+    lib = native_status().library
+    assert lib is not None
+    model = _native_model(long_llama_dir, QuantMode.NONE)
+    table = list(range(40))
+    prompt = [(11 * j + 5) % 128 for j in range(600)]
+    by_threads = []
+    before, solo = lib.set_threads(1), lib.solo
+    lib.set_solo(False)     # the kernels split across the pool's threads
+    try:
+        for threads in (1, 2):
+            assert lib.set_threads(threads) == threads
+            decoder = NativeDecoder.build(model, model.allocate_kv_cache(40, 16))
+            assert decoder is not None
+            decoder.forward(prompt[:300], 0, table, 1)     # positions 0-299 cached
+            by_threads.append(decoder.forward(prompt[300:305], 300, table, 5))
+            # rows past 128 positions, and rows on both sides of it
+            for at in (305, 125):
+                rows = decoder.greedy_rows(prompt[at:at + 5], at, table)
+                one_at_a_time = [decoder.greedy_rows([t], at + i, table)[0]  # type: ignore[index]
+                                 for i, t in enumerate(prompt[at:at + 5])]
+                assert rows == one_at_a_time
+    finally:
+        lib.set_threads(before)
+        lib.set_solo(solo)
+    assert torch.equal(by_threads[0], by_threads[1])
+    reference = load_model(long_llama_dir)
+    with torch.inference_mode():
+        want = reference.logits(reference(torch.tensor(prompt[:305]), torch.arange(305))[300:])
+    torch.testing.assert_close(by_threads[0], want, rtol=1e-4, atol=1e-4)

@@ -85,3 +85,38 @@ def test_paged_decode_attention_matches_sdpa(lib: NativeLibrary, heads: int,
             v_cache[slots].transpose(0, 1)[None], scale=0.25,
             enable_gqa=kv_heads != heads)[0, :, 0]
         torch.testing.assert_close(out[b], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", [(9, 3, 64), (12, 4, 16), (6, 2, 12)])
+def test_long_sequences_attend_in_chunks_as_sdpa_does(lib: NativeLibrary, heads: int,
+                                                      kv_heads: int, dim: int) -> None:
+    """Past 128 positions a query takes its keys in chunks of 128 merged by their
+    maxima (decode.c, ATTEND_CHUNK): 700 positions (six chunks), 129 (a chunk of
+    one), 128 (one walk) and 3, on scattered blocks."""
+    block_size = 16
+    lens = [700, 129, 128, 3]
+    blocks_per = [(n + block_size - 1) // block_size for n in lens]
+    order = torch.randperm(sum(blocks_per), generator=torch.Generator().manual_seed(0))
+    width = max(blocks_per)
+    tables = torch.zeros(len(lens), width, dtype=torch.long)
+    taken = 0
+    for b, n in enumerate(blocks_per):
+        tables[b, :n] = order[taken:taken + n]
+        taken += n
+    k_cache = torch.randn(sum(blocks_per) * block_size, kv_heads, dim)
+    v_cache = torch.randn(sum(blocks_per) * block_size, kv_heads, dim)
+    q = torch.randn(len(lens), heads, dim)
+    out = torch.empty(len(lens), heads, dim)
+    lengths = torch.tensor(lens)
+    rc = lib.paged_decode_attention(q.data_ptr(), len(lens), heads * dim, heads, kv_heads, dim,
+                                    k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(),
+                                    width, block_size, lengths.data_ptr(), 0.2, out.data_ptr())
+    assert rc == 0
+    for b, n in enumerate(lens):
+        slots = torch.tensor([int(tables[b, p // block_size]) * block_size + p % block_size
+                              for p in range(n)])
+        want = F.scaled_dot_product_attention(
+            q[b][None, :, None], k_cache[slots].transpose(0, 1)[None],
+            v_cache[slots].transpose(0, 1)[None], scale=0.2,
+            enable_gqa=kv_heads != heads)[0, :, 0]
+        torch.testing.assert_close(out[b], want, rtol=1e-5, atol=1e-5)

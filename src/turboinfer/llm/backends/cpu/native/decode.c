@@ -382,6 +382,12 @@ static void attend_rows(const float *q, int64_t rows, int64_t q_stride, int64_t 
     }
 }
 
+static int attend_chunked(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
+                          int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                          const float *v_cache, const int64_t *table, int64_t block_size,
+                          int64_t start, float scale, float *out, int64_t out_stride);
+#define ATTEND_CHUNK 128
+
 /* attend_rows' scratch for rows query rows over up to `positions` positions, with
  * `walks` offset arrays (one per part that walks the cache at once); NULL: no memory.
  * One allocation, freed with free(*offset). */
@@ -408,12 +414,21 @@ int ti_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride, i
     float *scores;
     int64_t *offset = attention_scratch(1, heads, longest, 1, &scores);
     if (!offset) return -1;
-    for (int64_t b = 0; b < batch; b++)
-        attend_rows(q + b * q_stride, 1, q_stride, heads, kv_heads, head_dim, k_cache, v_cache,
-                    kv_heads * head_dim, tables + b * max_blocks, block_size, lens[b] - 1,
-                    scale, out + b * heads * head_dim, heads * head_dim, offset, scores);
+    int rc = 0;
+    for (int64_t b = 0; b < batch && rc == 0; b++) {
+        if (lens[b] > ATTEND_CHUNK)     /* as the one-sequence step takes it */
+            rc = attend_chunked(q + b * q_stride, 1, q_stride, heads, kv_heads, head_dim,
+                                k_cache, v_cache, tables + b * max_blocks, block_size,
+                                lens[b] - 1, scale, out + b * heads * head_dim,
+                                heads * head_dim);
+        else
+            attend_rows(q + b * q_stride, 1, q_stride, heads, kv_heads, head_dim, k_cache,
+                        v_cache, kv_heads * head_dim, tables + b * max_blocks, block_size,
+                        lens[b] - 1, scale, out + b * heads * head_dim, heads * head_dim,
+                        offset, scores);
+    }
     free(offset);
-    return 0;
+    return rc;
 }
 
 /* One sequence's attention split by key-value head across threads.c's pool: each part
@@ -448,7 +463,7 @@ static void attend_part(void *ctx, int part, int parts) {
                 j->offset + g0 * total, j->scores + h0 * j->rows * total);
 }
 
-static void attend_split(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
+static void attend_heads(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
                          int64_t kv_heads, int64_t head_dim, const float *k_cache,
                          const float *v_cache, const int64_t *table, int64_t block_size,
                          int64_t start, float scale, float *out, int64_t *offset,
@@ -462,6 +477,252 @@ static void attend_split(const float *q, int64_t rows, int64_t q_stride, int64_t
         && ti_run_parts(attend_part, &j, (int)kv_heads) == 0)
         return;
     attend_part(&j, 0, 1);
+}
+
+/* ---- long contexts: the positions in chunks ---------------------------------------
+ *
+ * A row that attends to more than ATTEND_CHUNK positions takes them in chunks of
+ * ATTEND_CHUNK (chunk c: positions c x ATTEND_CHUNK on), each chunk a part of its own
+ * for the pool's threads: a chunk's scores, their maximum m, exp(score - m), their sum s
+ * and the values' sum weighted by them (o, not normalized); then, chunk by chunk in
+ * order, out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) s_c with M the largest m_c.
+ * Split by key-value head alone, SmolLM2's 3 heads on 2 threads ran at 2/3 of one walk's
+ * time, each thread reading a third of every cache row, and past a few hundred positions
+ * the walk is most of a step; in chunks of 128 its step at 2 threads took 6.9-8.0 ms
+ * instead of 8.6-11.0 at 1,900 positions and 4.1-4.6 instead of 4.9-5.3 at 300, one
+ * thread unchanged (AMD Zen 4; benchmarks/llm/README.md, "Long contexts"); chunks of 256
+ * would leave 300 positions as 256 + 44, less even than the split by head. The chunks
+ * are fixed by position, never by the thread count or the step's rows, and merged in one
+ * order, so a row's result is the same to the bit on any thread count, in a one-row step
+ * or a verification's rows (what a speculative round needs), and in a batch of sequences
+ * (ti_paged_decode_attention) as alone. Rows within ATTEND_CHUNK positions keep the one
+ * walk (attend_heads), unchanged. */
+
+typedef struct {
+    const float *q;
+    int64_t rows, q_stride, heads, kv_heads, head_dim;
+    const float *k_cache, *v_cache;
+    const int64_t *table;
+    int64_t block_size, start, chunks;
+    float scale;
+    float *part_out;    /* rows x heads x chunks x head_dim: o per chunk */
+    float *part_max;    /* rows x heads x chunks: m (-inf: the row does not reach it) */
+    float *part_sum;    /* rows x heads x chunks: s */
+    int64_t *offset;    /* parts x ATTEND_CHUNK */
+    float *scores;      /* parts x rows x heads x ATTEND_CHUNK */
+} chunk_job;
+
+/* Position i's row in the cache, in floats: from the chunk's offsets within it, from
+ * the table past it (the fetch ahead runs on into the next chunk, whose rows a thread
+ * taking the chunks in turn reads next). */
+static inline int64_t slot_offset(const chunk_job *j, int64_t i, int64_t p0, int64_t p1,
+                                  const int64_t *offset) {
+    if (i < p1) return offset[i - p0];
+    return (j->table[i / j->block_size] * j->block_size + i % j->block_size)
+           * j->kv_heads * j->head_dim;
+}
+
+static void chunk_part(void *ctx, int part, int parts) {
+    (void)parts;
+    const chunk_job *j = (const chunk_job *)ctx;
+    const int64_t c = part, d = j->head_dim, heads = j->heads, kv_heads = j->kv_heads;
+    const int64_t group = heads / kv_heads, kv_width = kv_heads * d;
+    const int64_t total = j->start + j->rows, p0 = c * ATTEND_CHUNK;
+    const int64_t p1 = p0 + ATTEND_CHUNK < total ? p0 + ATTEND_CHUNK : total;
+    const int64_t span = ATTEND_CHUNK;  /* stride of a head's scores */
+    int64_t *offset = j->offset + (int64_t)part * ATTEND_CHUNK;
+    float *scores = j->scores + (int64_t)part * j->rows * heads * ATTEND_CHUNK;
+    for (int64_t r = 0; r < j->rows; r++)   /* rows that end before the chunk: no part */
+        for (int64_t h = 0; h < heads; h++) {
+            const int64_t at = (r * heads + h) * j->chunks + c;
+            j->part_max[at] = -INFINITY;
+            j->part_sum[at] = 0.0f;
+        }
+    if (p0 >= total) return;
+    /* The chunk's rows are read whole, every key-value head at once, as attend_rows
+     * reads them: one walk per key-value head (4 of a row's 12 lines at a time on
+     * SmolLM2) made a one-thread step at 1,900 positions 1.2-1.35x slower. */
+    for (int64_t p = p0; p < p1; p++)
+        offset[p - p0] = (j->table[p / j->block_size] * j->block_size + p % j->block_size)
+                         * kv_width;
+    /* scores[r, h, p - p0] = scale * q_{r,h} . k_p (h's group's key), every row that
+     * reaches p */
+    int64_t p = p0;
+#if TD_AVX2
+    const int vec = d % 8 == 0;
+    for (; vec && p + 4 <= p1; p += 4) {
+        const float *r0 = j->k_cache + offset[p - p0], *r1 = j->k_cache + offset[p - p0 + 1];
+        const float *r2 = j->k_cache + offset[p - p0 + 2], *r3 = j->k_cache + offset[p - p0 + 3];
+        for (int64_t i = p + PREFETCH_ROWS; i < p + PREFETCH_ROWS + 4 && i < total; i++)
+            prefetch_row(j->k_cache + slot_offset(j, i, p0, p1, offset), kv_width);
+        for (int64_t r = first_row(p, j->start); r < j->rows; r++)
+            for (int64_t g = 0; g < kv_heads; g++) {
+                const int64_t at = g * d;
+                for (int64_t h0 = 0; h0 < group; h0 += 3) {
+                    const float *qh = j->q + r * j->q_stride + (g * group + h0) * d;
+                    float *sh = scores + (r * heads + g * group + h0) * span + (p - p0);
+                    const float *k0 = r0 + at, *k1 = r1 + at, *k2 = r2 + at, *k3 = r3 + at;
+                    switch (group - h0 < 3 ? group - h0 : 3) {
+                    case 3: tile_scores(qh, 3, k0, k1, k2, k3, d, j->scale, sh, span); break;
+                    case 2: tile_scores(qh, 2, k0, k1, k2, k3, d, j->scale, sh, span); break;
+                    default: tile_scores(qh, 1, k0, k1, k2, k3, d, j->scale, sh, span);
+                    }
+                }
+            }
+    }
+#endif
+    for (; p < p1; p++) {
+        const float *row = j->k_cache + offset[p - p0];
+        if (p + PREFETCH_ROWS < total)
+            prefetch_row(j->k_cache + slot_offset(j, p + PREFETCH_ROWS, p0, p1, offset),
+                         kv_width);
+        for (int64_t r = first_row(p, j->start); r < j->rows; r++)
+            for (int64_t g = 0; g < kv_heads; g++) {
+                const float *qg = j->q + r * j->q_stride + g * group * d;
+                const float *key = row + g * d;
+                float *sg = scores + (r * heads + g * group) * span + (p - p0);
+#if TD_AVX2
+                if (vec) {
+                    group_scores(qg, key, group, d, j->scale, sg, span);
+                    continue;
+                }
+#endif
+                for (int64_t h = 0; h < group; h++)
+                    sg[h * span] = j->scale * dot(qg + h * d, key, d);
+            }
+    }
+    /* per row and head: m, exp(score - m) in place (zero past the row's end), s */
+    for (int64_t r = 0; r < j->rows; r++) {
+        const int64_t end = j->start + r + 1;
+        if (end <= p0) continue;
+        const int64_t len = (end < p1 ? end : p1) - p0;
+        for (int64_t h = 0; h < heads; h++) {
+            float *sh = scores + (r * heads + h) * span;
+            float m = -INFINITY, sum = 0.0f;
+            for (int64_t i = 0; i < len; i++) m = sh[i] > m ? sh[i] : m;
+            int64_t i = 0;
+#if TD_AVX2
+            __m256 vs = _mm256_setzero_ps();
+            const __m256 vm = _mm256_set1_ps(m);
+            for (; i + 8 <= len; i += 8) {
+                __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sh + i), vm));
+                _mm256_storeu_ps(sh + i, e);
+                vs = _mm256_add_ps(vs, e);
+            }
+            sum = hsum8(vs);
+#endif
+            for (; i < len; i++) {
+                sh[i] = expf(sh[i] - m);
+                sum += sh[i];
+            }
+            memset(sh + len, 0, (size_t)(p1 - p0 - len) * sizeof(float));
+            const int64_t at = (r * heads + h) * j->chunks + c;
+            j->part_max[at] = m;
+            j->part_sum[at] = sum;
+            memset(j->part_out + at * d, 0, (size_t)d * sizeof(float));
+        }
+    }
+    /* o[r, h, c] = sum of exp(score - m) x v_p over the chunk's positions */
+    p = p0;
+#if TD_AVX2
+    for (; vec && p + 4 <= p1; p += 4) {
+        const float *v0 = j->v_cache + offset[p - p0], *v1 = j->v_cache + offset[p - p0 + 1];
+        const float *v2 = j->v_cache + offset[p - p0 + 2], *v3 = j->v_cache + offset[p - p0 + 3];
+        for (int64_t i = p + PREFETCH_ROWS; i < p + PREFETCH_ROWS + 4 && i < total; i++)
+            prefetch_row(j->v_cache + slot_offset(j, i, p0, p1, offset), kv_width);
+        for (int64_t r = first_row(p, j->start); r < j->rows; r++)
+            for (int64_t h = 0, g = 0; g < kv_heads; g++) {
+                const int64_t at = g * d;
+                for (int64_t k = 0; k < group; k++, h++)
+                    axpy4(scores + (r * heads + h) * span + (p - p0), v0 + at, v1 + at,
+                          v2 + at, v3 + at,
+                          j->part_out + ((r * heads + h) * j->chunks + c) * d, d);
+            }
+    }
+#endif
+    for (; p < p1; p++) {
+        const float *row = j->v_cache + offset[p - p0];
+        for (int64_t r = first_row(p, j->start); r < j->rows; r++)
+            for (int64_t h = 0, g = 0; g < kv_heads; g++)
+                for (int64_t k = 0; k < group; k++, h++)
+                    axpy(scores[(r * heads + h) * span + (p - p0)], row + g * d,
+                         j->part_out + ((r * heads + h) * j->chunks + c) * d, d);
+    }
+}
+
+/* chunk_job's scratch for `rows` rows over up to `positions` positions; NULL: no
+ * memory. One allocation, freed with free(). */
+static void *chunk_scratch(int64_t rows, int64_t heads, int64_t head_dim, int64_t positions,
+                           chunk_job *j) {
+    const int64_t chunks = (positions + ATTEND_CHUNK - 1) / ATTEND_CHUNK, parts = chunks;
+    const size_t stats = (size_t)(rows * heads * chunks);
+    char *buf = (char *)malloc((size_t)(parts * ATTEND_CHUNK) * sizeof(int64_t)
+                               + (stats * (size_t)head_dim + 2 * stats
+                                  + (size_t)(parts * rows * heads * ATTEND_CHUNK))
+                               * sizeof(float));
+    if (!buf) return NULL;
+    j->chunks = chunks;
+    j->offset = (int64_t *)buf;
+    j->part_out = (float *)(j->offset + parts * ATTEND_CHUNK);
+    j->part_max = j->part_out + stats * (size_t)head_dim;
+    j->part_sum = j->part_max + stats;
+    j->scores = j->part_sum + stats;
+    return buf;
+}
+
+/* Rows of one sequence that each attend to more than ATTEND_CHUNK positions (row r at
+ * position start + r), in chunks; out as attend_rows writes it. -1: no memory. */
+static int attend_chunked(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
+                          int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                          const float *v_cache, const int64_t *table, int64_t block_size,
+                          int64_t start, float scale, float *out, int64_t out_stride) {
+    chunk_job j = {.q = q, .rows = rows, .q_stride = q_stride, .heads = heads,
+                   .kv_heads = kv_heads, .head_dim = head_dim, .k_cache = k_cache,
+                   .v_cache = v_cache, .table = table, .block_size = block_size,
+                   .start = start, .scale = scale};
+    void *buf = chunk_scratch(rows, heads, head_dim, start + rows, &j);
+    if (!buf) return -1;
+    const int parts = (int)j.chunks;
+    if (ti_run_parts(chunk_part, &j, parts) != 0)
+        for (int part = 0; part < parts; part++) chunk_part(&j, part, parts);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t h = 0; h < heads; h++) {
+            const int64_t at = (r * heads + h) * j.chunks;
+            const float *m = j.part_max + at, *sum = j.part_sum + at;
+            float top = -INFINITY, total = 0.0f;
+            for (int64_t c = 0; c < j.chunks; c++) top = m[c] > top ? m[c] : top;
+            for (int64_t c = 0; c < j.chunks; c++)
+                if (m[c] > -INFINITY) total += expf(m[c] - top) * sum[c];
+            float *o = out + r * out_stride + h * head_dim;
+            memset(o, 0, (size_t)head_dim * sizeof(float));
+            for (int64_t c = 0; c < j.chunks; c++)
+                if (m[c] > -INFINITY)
+                    axpy(expf(m[c] - top) / total, j.part_out + (at + c) * head_dim, o,
+                         head_dim);
+        }
+    free(buf);
+    return 0;
+}
+
+/* One sequence's attention for `rows` rows at positions start..: the rows within
+ * ATTEND_CHUNK positions in one walk split by key-value head, the longer ones in
+ * chunks. -1: no memory. */
+static int attend_split(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
+                        int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                        const float *v_cache, const int64_t *table, int64_t block_size,
+                        int64_t start, float scale, float *out, int64_t *offset,
+                        float *scores) {
+    const int64_t out_stride = heads * head_dim;
+    /* rows 0..near-1 attend to at most ATTEND_CHUNK positions */
+    int64_t near = ATTEND_CHUNK - start;
+    near = near < 0 ? 0 : near > rows ? rows : near;
+    if (near > 0)
+        attend_heads(q, near, q_stride, heads, kv_heads, head_dim, k_cache, v_cache, table,
+                     block_size, start, scale, out, offset, scores);
+    if (near == rows) return 0;
+    return attend_chunked(q + near * q_stride, rows - near, q_stride, heads, kv_heads,
+                          head_dim, k_cache, v_cache, table, block_size, start + near, scale,
+                          out + near * out_stride, out_stride);
 }
 
 /* ---- a whole step of one sequence ----------------------------------------------- */
@@ -586,8 +847,10 @@ int ti_decode_step(const ti_layer *layers, int64_t num_layers, int64_t hidden, i
     for (int64_t i = 0; i < num_layers && rc == 0; i++) {
         const ti_layer *l = layers + i;
         if ((rc = layer_to_attention(&s, l, x, positions, slots))) break;
-        attend_split(s.qkv, rows, s.width, heads, kv_heads, head_dim, l->k_cache, l->v_cache,
-                     table, block_size, start, scale, s.attn, att_offset, att_scores);
+        if ((rc = attend_split(s.qkv, rows, s.width, heads, kv_heads, head_dim, l->k_cache,
+                               l->v_cache, table, block_size, start, scale, s.attn, att_offset,
+                               att_scores)))
+            break;
         rc = layer_from_attention(&s, l, x);
     }
     if (rc == 0) ti_rms_norm(x, rows, hidden, final_norm, eps, x);
