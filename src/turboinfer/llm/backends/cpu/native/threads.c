@@ -15,8 +15,8 @@
  * part writes its slice of y in place; with several, y's rows are strided, so a part
  * computes into scratch and copies its columns over. Paged attention is split by
  * sequence; decode.c's one-sequence attention by key-value head, or past 128 positions
- * by chunk of positions (ti_run_parts). One
- * thread (the default) calls the kernels directly.
+ * by chunk of positions (ti_run_parts). One thread (the default) calls the kernels
+ * directly.
  */
 #include <pthread.h>
 #include <sched.h>
