@@ -162,6 +162,8 @@ def test_greedy_steps_in_one_call_match_step_by_step(tiny_llama_dir: Path, nativ
     torch.testing.assert_close(one_call.kv_cache.k, stepped.kv_cache.k)
     with pytest.raises(ValueError, match="block for position"):
         one_call.greedy([1], 19, table, 3)
+    with pytest.raises(ValueError, match="token ids must be"):
+        one_call.greedy([-1], 0, table, 1)
 
 
 @pytest.mark.parametrize("mode", [QuantMode.NONE, QuantMode.INT8])
@@ -186,6 +188,8 @@ def test_greedy_rows_are_the_argmax_of_every_row_of_forward(tiny_llama_dir: Path
     torch.testing.assert_close(fused.kv_cache.v, plain.kv_cache.v, rtol=0, atol=0)
     with pytest.raises(ValueError, match="block for position"):
         fused.greedy_rows([1, 2], 19, table)
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 128\), got 5..128"):
+        fused.greedy_rows([5, 128], 0, table)
 
 
 def test_the_engine_decodes_a_lone_greedy_sequence_through_greedy_rows(

@@ -82,6 +82,7 @@ class LLMEngine:
         # Milliseconds per token of a lone greedy sequence's plain steps (a running
         # average): how many steps a burst of decode_burst_ms takes.
         self._plain_token_ms: float | None = None
+        self._bursts = True     # off for good once the runner has no one-call steps
         self.guides = Guides(tokenizer, model.config.vocab_size, min(self.eos_ids, default=None))
 
     # -- requests ----------------------------------------------------------------------
@@ -205,6 +206,7 @@ class LLMEngine:
         began = time.perf_counter()
         ids = self.runner.greedy_steps(item, steps) if steps > 1 else None
         if ids is None:
+            self._bursts = self._bursts and steps == 1
             ids = self.runner.greedy_rows(item)
             if ids is None:
                 return None
@@ -227,7 +229,7 @@ class LLMEngine:
         """Plain steps for the next call: about ``decode_burst_ms`` of them (4 before
         one is timed), within the request's tokens and the context, for which cache
         slots are reserved now; 1 where there are none to reserve or no burst applies."""
-        if not self._alone(seq):
+        if not self._bursts or not self._alone(seq):
             return 1
         per_token = self._plain_token_ms
         steps = 4 if per_token is None else int(self.config.decode_burst_ms / per_token)

@@ -270,6 +270,7 @@ class NativeDecoder:
         if len(block_table) < used:
             raise ValueError(f"block table of {len(block_table)} blocks has no block for "
                              f"position {start + rows - 1}")
+        self._check_ids(tokens)
         if self._logits.numel() < rows * head.n:
             self._logits = torch.empty(rows * head.n)
         if self._x.numel() < rows * self.dims[1]:
@@ -283,6 +284,12 @@ class NativeDecoder:
         if rc:
             raise MemoryError("native greedy rows: no memory for their buffers")
         return self._out.read(rows)
+
+    def _check_ids(self, ids: list[int]) -> None:
+        """The C side reads the ids' embedding rows unchecked: refuse any outside them."""
+        if min(ids) < 0 or max(ids) >= self.embed.shape[0]:
+            raise ValueError(f"token ids must be in [0, {self.embed.shape[0]}), got "
+                             f"{min(ids)}..{max(ids)}")
 
     def can_run_greedy(self) -> bool:
         return self.native_head is not None
@@ -301,6 +308,7 @@ class NativeDecoder:
         if len(block_table) < used or not feed or steps < 1:
             raise ValueError(f"greedy steps need a feed, a step and a block for position "
                              f"{start + len(feed) + steps - 2}")
+        self._check_ids(feed)
         rc = self.lib.greedy_steps(ctypes.addressof(self.layers), *self.dims, self.eps,
                                    self.scale, self.final_norm.data_ptr(), self.cos.data_ptr(),
                                    self.sin.data_ptr(), self._table.fill(block_table[:used]),
