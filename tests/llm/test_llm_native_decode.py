@@ -360,12 +360,16 @@ def test_long_contexts_give_the_same_bits_on_any_thread_count_and_row_count(
     prompt = [(11 * j + 5) % 128 for j in range(600)]
     by_threads = []
     before, solo = lib.set_threads(1), lib.solo
+    f32_setting = lib.set_prefetch(-1, "f32")     # out of range: reads the setting
     lib.set_solo(False)     # the kernels split across the pool's threads
     try:
         for threads in (1, 2):
             assert lib.set_threads(threads) == threads
             decoder = NativeDecoder.build(model, model.allocate_kv_cache(40, 16))
             assert decoder is not None
+            # One fp32 setting for both: each build measures its own, and the 256-bit
+            # tiles round several rows apart from the 512-bit passes (not the threads).
+            lib.set_prefetch(lib.f32_wide_from if lib.f32_wide else 0, "f32")
             decoder.forward(prompt[:300], 0, table, 1)     # positions 0-299 cached
             by_threads.append(decoder.forward(prompt[300:305], 300, table, 5))
             # rows past 128 positions, and rows on both sides of it
@@ -377,6 +381,7 @@ def test_long_contexts_give_the_same_bits_on_any_thread_count_and_row_count(
     finally:
         lib.set_threads(before)
         lib.set_solo(solo)
+        lib.set_prefetch(f32_setting, "f32")
     assert torch.equal(by_threads[0], by_threads[1])
     reference = load_model(long_llama_dir)
     with torch.inference_mode():

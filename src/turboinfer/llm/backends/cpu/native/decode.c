@@ -231,8 +231,9 @@ static inline void axpy4(const float *w, const float *v0, const float *v1, const
 }
 #endif
 
-/* softmax over s[0..len) in place, with the maximum subtracted, as SDPA does. */
-static void softmax_span(float *s, int64_t len) {
+/* exp(s[p] - m) in place over s[0..len), m the span's maximum (into *max); returns
+ * their sum. */
+static float exp_span(float *s, int64_t len, float *max) {
     float m = -INFINITY, sum = 0.0f;
     for (int64_t p = 0; p < len; p++) m = s[p] > m ? s[p] : m;
     int64_t p = 0;
@@ -250,8 +251,15 @@ static void softmax_span(float *s, int64_t len) {
         s[p] = expf(s[p] - m);
         sum += s[p];
     }
-    float inv = 1.0f / sum;
-    for (p = 0; p < len; p++) s[p] *= inv;
+    *max = m;
+    return sum;
+}
+
+/* softmax over s[0..len) in place, with the maximum subtracted, as SDPA does. */
+static void softmax_span(float *s, int64_t len) {
+    float m;
+    const float inv = 1.0f / exp_span(s, len, &m);
+    for (int64_t p = 0; p < len; p++) s[p] *= inv;
 }
 
 /* Rows this far ahead are requested before they are read: hardware prefetchers follow
@@ -598,23 +606,8 @@ static void chunk_part(void *ctx, int part, int parts) {
         const int64_t len = (end < p1 ? end : p1) - p0;
         for (int64_t h = 0; h < heads; h++) {
             float *sh = scores + (r * heads + h) * span;
-            float m = -INFINITY, sum = 0.0f;
-            for (int64_t i = 0; i < len; i++) m = sh[i] > m ? sh[i] : m;
-            int64_t i = 0;
-#if TD_AVX2
-            __m256 vs = _mm256_setzero_ps();
-            const __m256 vm = _mm256_set1_ps(m);
-            for (; i + 8 <= len; i += 8) {
-                __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sh + i), vm));
-                _mm256_storeu_ps(sh + i, e);
-                vs = _mm256_add_ps(vs, e);
-            }
-            sum = hsum8(vs);
-#endif
-            for (; i < len; i++) {
-                sh[i] = expf(sh[i] - m);
-                sum += sh[i];
-            }
+            float m;
+            const float sum = exp_span(sh, len, &m);
             memset(sh + len, 0, (size_t)(p1 - p0 - len) * sizeof(float));
             const int64_t at = (r * heads + h) * j->chunks + c;
             j->part_max[at] = m;
