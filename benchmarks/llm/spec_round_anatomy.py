@@ -2,9 +2,12 @@
 outside the kernels; beside it, plain decoding with and without bursts.
 
     python benchmarks/llm/spec_round_anatomy.py [--threads 1] [--rounds 8] [--output F]
+        [--proposer draft|ngram]
 
 The demo model alone and with the demo draft (the engine's defaults otherwise), greedy,
-64 tokens per demo prompt, the engines' turns alternating round by round (wall time):
+64 tokens per demo prompt, the engines' turns alternating round by round (wall time);
+``--proposer ngram``: prompt lookup (3-token suffixes, up to 8 tokens) on run.py's
+repetitive workload (8 prompts that hold the model's earlier answer) instead:
 
 - ``anatomy``: in the speculative engine each native call is timed at its ctypes
   boundary (the draft's proposal, the target's verification) and at the engine's call
@@ -83,28 +86,37 @@ def instrument(llm: LLM, clock: Clock) -> None:
     engine.runner.greedy_rows = clock.wrap(engine.runner.greedy_rows, "target.call")  # type: ignore[method-assign]
     engine.runner.greedy_steps = clock.wrap(engine.runner.greedy_steps, "target.call")  # type: ignore[method-assign]
     if engine.proposer is not None:
-        draft = engine.proposer.runner.native_decoder()  # type: ignore[union-attr]
-        if draft is not None:
-            draft.lib = _Lib(draft.lib, clock, "draft")   # type: ignore[assignment]
-        engine.proposer.greedy_steps = clock.wrap(  # type: ignore[union-attr,method-assign]
-            engine.proposer.greedy_steps, "draft.call")  # type: ignore[union-attr]
+        if hasattr(engine.proposer, "runner"):      # a draft model
+            draft = engine.proposer.runner.native_decoder()
+            if draft is not None:
+                draft.lib = _Lib(draft.lib, clock, "draft")   # type: ignore[assignment]
+            engine.proposer.greedy_steps = clock.wrap(  # type: ignore[union-attr,method-assign]
+                engine.proposer.greedy_steps, "draft.call")  # type: ignore[union-attr]
         engine._run_speculative = clock.wrap(  # type: ignore[method-assign]
             engine._run_speculative, "round")
 
 
-def generate_all(llm: LLM) -> float:
+def generate_all(llm: LLM, prompts: list[Any]) -> float:
     params = SamplingParams(max_tokens=GEN, temperature=0, ignore_eos=True)
     start = time.perf_counter()
-    for prompt in PROMPTS:
+    for prompt in prompts:
         llm.generate(prompt, params)
     return time.perf_counter() - start
 
 
-def anatomy(threads: int, rounds: int) -> dict[str, Any]:
+def anatomy(threads: int, rounds: int, proposer: str) -> dict[str, Any]:
     plain = LLM(config=EngineConfig(num_threads=threads))
-    spec = LLM(draft=demo_model_dir("draft"), config=EngineConfig(num_threads=threads))
+    prompts: list[Any] = list(PROMPTS)
+    if proposer == "ngram":
+        from run import regenerate_prompts  # beside this script
+
+        prompts = list(regenerate_prompts(plain, 8, GEN))
+        spec = LLM(ngram=3, config=EngineConfig(num_threads=threads,
+                                                num_speculative_tokens=8))
+    else:
+        spec = LLM(draft=demo_model_dir("draft"), config=EngineConfig(num_threads=threads))
     for llm in (plain, spec):
-        generate_all(llm)
+        generate_all(llm, prompts)
     clocks = {"plain": Clock(), "spec": Clock()}
     instrument(plain, clocks["plain"])
     instrument(spec, clocks["spec"])
@@ -113,19 +125,19 @@ def anatomy(threads: int, rounds: int) -> dict[str, Any]:
     for r in range(rounds):
         order = [("plain", plain), ("spec", spec)]
         for name, llm in order[::1 if r % 2 else -1]:
-            wall[name].append(generate_all(llm))
+            wall[name].append(generate_all(llm, prompts))
     spec_rounds = spec.engine.spec_stats.target_forwards - before[1]
     emitted = spec.engine.spec_stats.emitted - before[0]
     ps, ss = clocks["plain"].seconds, clocks["spec"].seconds
-    plain_tokens = rounds * len(PROMPTS) * (GEN - 1)   # the first token is the prompt's
+    plain_tokens = rounds * len(prompts) * (GEN - 1)   # the first token is the prompt's
     native_round = (ss["target.native"] + ss["draft.native"]) / spec_rounds
     calls_round = (ss["target.call"] + ss["draft.call"]) / spec_rounds - native_round
     plain_native_token = ps["target.native"] / plain_tokens
     tokens_round = emitted / spec_rounds
     ratios = [p / s for p, s in zip(wall["plain"], wall["spec"], strict=True)]
     return {
-        "plain_ms_per_token": 1e3 * statistics.median(wall["plain"]) / (len(PROMPTS) * GEN),
-        "spec_ms_per_token": 1e3 * statistics.median(wall["spec"]) / (len(PROMPTS) * GEN),
+        "plain_ms_per_token": 1e3 * statistics.median(wall["plain"]) / (len(prompts) * GEN),
+        "spec_ms_per_token": 1e3 * statistics.median(wall["spec"]) / (len(prompts) * GEN),
         "speedup_median": statistics.median(ratios), "speedup_rounds": ratios,
         "tokens_per_round": tokens_round,
         "round_ms": {"native": 1e3 * native_round, "calls_python": 1e3 * calls_round,
@@ -141,11 +153,11 @@ def burst(threads: int, rounds: int) -> dict[str, Any]:
     llms = {"off": LLM(config=EngineConfig(num_threads=threads, decode_burst_ms=0)),
             "on": LLM(config=EngineConfig(num_threads=threads))}
     for llm in llms.values():
-        generate_all(llm)
+        generate_all(llm, PROMPTS)
     ms: dict[str, list[float]] = {"off": [], "on": []}
     for r in range(rounds):
         for name, llm in list(llms.items())[::1 if r % 2 else -1]:
-            ms[name].append(1e3 * generate_all(llm) / (len(PROMPTS) * GEN))
+            ms[name].append(1e3 * generate_all(llm, PROMPTS) / (len(PROMPTS) * GEN))
     ratios = sorted(a / b for a, b in zip(ms["off"], ms["on"], strict=True))
     return {"off_ms_per_token": statistics.median(ms["off"]),
             "on_ms_per_token": statistics.median(ms["on"]),
@@ -157,11 +169,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--output", default="spec_round_anatomy.json")
+    parser.add_argument("--proposer", choices=("draft", "ngram"), default="draft")
     args = parser.parse_args()
     cpu = read_cpu()
     res: dict[str, Any] = {"cpu": cpu.model_name, "isa": sorted(cpu.features),
-                           "threads": args.threads, "load_before": os.getloadavg()[0]}
-    res["anatomy"] = anatomy(args.threads, args.rounds)
+                           "threads": args.threads, "proposer": args.proposer,
+                           "load_before": os.getloadavg()[0]}
+    res["anatomy"] = anatomy(args.threads, args.rounds, args.proposer)
     res["burst"] = burst(args.threads, args.rounds)
     res["load_after"] = os.getloadavg()[0]
     out = HERE / args.output
