@@ -203,8 +203,8 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
 def _confirmed_close(native: list[Kernel], other: list[Kernel], x: torch.Tensor) -> bool:
     """Whether ``native`` is within NATIVE_STEP_MARGIN of ``other`` timed apart, as a
     decode step calls it: each in blocks of its own calls after an untimed warm-up of
-    the same length (torch's threads may still spin from the kernel timed before), the
-    fastest of ``CONFIRM_ROUNDS`` blocks each."""
+    the same length (what ran just before, another library's kernel, does not share its
+    timed blocks), the fastest of ``CONFIRM_ROUNDS`` blocks each."""
     best = []
     for copies in (native, other):
         blocks = []
