@@ -288,6 +288,32 @@ def test_fp32_layers_without_a_native_pick_get_their_own(tiny_llama_dir: Path,
     torch.testing.assert_close(native_logits[-1], lean_logits[-1], rtol=1e-4, atol=1e-4)
 
 
+def test_several_rows_give_the_one_row_bits_at_every_fp32_setting(
+        tiny_llama_dir: Path, native_only: None) -> None:
+    """A verification's rows, at each fp32 setting the build may pick, give each row's
+    logits to the bit as one-row steps do: speculative decoding's greedy output is then
+    plain decoding's, not merely close to it."""
+    library = native_status().library
+    assert library is not None
+    before = library.set_prefetch(-1, "f32")
+    model = _native_model(tiny_llama_dir, QuantMode.NONE)
+    prompt, more = [(5 * j + 1) % 128 for j in range(7)], [9, 40, 77, 3, 12, 6, 50]
+    table = [2, 0, 3, 1, 5, 4]
+    try:
+        for setting in prefetch.f32_settings(library):
+            library.set_prefetch(setting, "f32")
+            decoder = NativeDecoder.build(model, model.allocate_kv_cache(6, 4),
+                                          pick_prefetch=False)
+            assert decoder is not None
+            decoder.forward(prompt, 0, table, 1)
+            rows = decoder.forward(more, len(prompt), table, len(more))
+            ones = torch.cat([decoder.forward([t], len(prompt) + i, table, 1)
+                              for i, t in enumerate(more)])
+            assert torch.equal(rows, ones), setting
+    finally:
+        library.set_prefetch(before, "f32")
+
+
 def test_the_fp32_fetch_ahead_is_measured_at_build_and_changes_no_result(
         tiny_llama_dir: Path, native_only: None) -> None:
     """The fp32 kernel's way with several rows is timed at each of its settings when the

@@ -1078,8 +1078,10 @@ GROUPED_LINEAR(ti_q8_linear, int8_t, Q8_RECORD, q8)
 /* Tiles of 4 output rows as for int8, interleaved per 16 columns (kp = k rounded up to
  * 16, zero padded): one sequential stream per tile. out[r * 4 + j] as for int8. */
 #if TI_AVX2
+#if TI_F32Z
 /* One activation row: two accumulators per output row, so eight independent FMA chains
- * cover FMA's latency. */
+ * cover FMA's latency; the 512-bit passes of several rows add the same products in the
+ * same order (lanes 0-7 the a chain, 8-15 the b chain). */
 static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out,
                        int64_t ldo) {
     __m256 a[4], b[4];
@@ -1094,6 +1096,27 @@ static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out,
     for (int j = 0; j < 4; j++) a[j] = _mm256_add_ps(a[j], b[j]);
     _mm_storeu_ps(out, hsum4_f32(a[0], a[1], a[2], a[3]));
 }
+#else
+/* One activation row, without the 512-bit passes: one accumulator per output row, each
+ * block's two halves added into it in turn, as the 256-bit tiles of 2 and 3 rows below
+ * add them (their registers hold no second chain), so every row of a verification gets
+ * what a plain decode step gets, to the bit. Four FMA chains: the weights stream from
+ * memory slower than they would feed eight. */
+static void f32_tile_1(const float *w, const float *x, int64_t kp, float *out,
+                       int64_t ldo) {
+    (void)ldo;
+    __m256 a[4];
+    for (int j = 0; j < 4; j++) a[j] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kp; k += 16, w += 64) {
+        __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+        for (int j = 0; j < 4; j++) {
+            a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + 16 * j), x0, a[j]);
+            a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + 16 * j + 8), x1, a[j]);
+        }
+    }
+    _mm_storeu_ps(out, hsum4_f32(a[0], a[1], a[2], a[3]));
+}
+#endif
 
 /* Keeps v in a register: without it gcc folds the activation loads into the FMAs as
  * memory operands, reloading each once per output row (12 loads for 8 FMAs at two rows,
@@ -1363,7 +1386,8 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
      * TI_F32Z_AHEAD_MIN up the 512-bit ones, fetching that many bytes ahead; below it
      * the 256-bit tiles, as on an AVX2 CPU. On a Zen 4 the 512-bit passes ran 4-8 rows
      * 1.1-1.25x faster than the 256-bit tiles on a quiet machine, and 9 rows 5-15%
-     * slower with busy neighbours: which wins is the machine's, at the load. */
+     * slower with busy neighbours; the load measures only the 512-bit ones, whose rows
+     * equal one-row calls bit for bit (llm/backends/cpu/prefetch.py, f32_settings). */
     if (rows > 1 && prefetch_bytes[TI_PREFETCH_F32] >= TI_F32Z_AHEAD_MIN) {
         f32z_linear(x, rows, w, n, kp, y, prefetch_bytes[TI_PREFETCH_F32]);
         goto done;
