@@ -69,20 +69,30 @@ def test_paged_decode_attention_matches_sdpa(lib: NativeLibrary, heads: int,
     k_cache = torch.randn(blocks * block_size, kv_heads, dim)
     v_cache = torch.randn(blocks * block_size, kv_heads, dim)
     tables = torch.tensor([[3, 0, 7, 1], [5, 2, 0, 0], [11, 0, 0, 0]])
-    lens = torch.tensor([14, 5, 1])
-    q = torch.randn(3, heads, dim)
-    out = torch.empty(3, heads, dim)
-    rc = lib.paged_decode_attention(q.data_ptr(), 3, heads * dim, heads, kv_heads, dim,
+    _attention_matches_sdpa(lib, torch.randn(3, heads, dim), k_cache, v_cache, tables,
+                            block_size, [14, 5, 1], 0.25)
+
+
+def _attention_matches_sdpa(lib: NativeLibrary, q: torch.Tensor, k_cache: torch.Tensor,
+                            v_cache: torch.Tensor, tables: torch.Tensor, block_size: int,
+                            lens: list[int], scale: float) -> None:
+    """One query per sequence (q: [batch, heads, dim]) over its ``lens[b]`` positions of
+    the paged cache, against SDPA over the same keys and values gathered."""
+    batch, heads, dim = q.shape
+    kv_heads = k_cache.shape[1]
+    out = torch.empty(batch, heads, dim)
+    lengths = torch.tensor(lens)
+    rc = lib.paged_decode_attention(q.data_ptr(), batch, heads * dim, heads, kv_heads, dim,
                                     k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(),
-                                    4, block_size, lens.data_ptr(), 0.25, out.data_ptr())
+                                    tables.shape[1], block_size, lengths.data_ptr(), scale,
+                                    out.data_ptr())
     assert rc == 0
-    for b in range(3):
-        n = int(lens[b])
+    for b, n in enumerate(lens):
         slots = torch.tensor([int(tables[b, p // block_size]) * block_size + p % block_size
                               for p in range(n)])
         want = F.scaled_dot_product_attention(
             q[b][None, :, None], k_cache[slots].transpose(0, 1)[None],
-            v_cache[slots].transpose(0, 1)[None], scale=0.25,
+            v_cache[slots].transpose(0, 1)[None], scale=scale,
             enable_gqa=kv_heads != heads)[0, :, 0]
         torch.testing.assert_close(out[b], want, rtol=1e-5, atol=1e-5)
 
@@ -105,18 +115,5 @@ def test_long_sequences_attend_in_chunks_as_sdpa_does(lib: NativeLibrary, heads:
         taken += n
     k_cache = torch.randn(sum(blocks_per) * block_size, kv_heads, dim)
     v_cache = torch.randn(sum(blocks_per) * block_size, kv_heads, dim)
-    q = torch.randn(len(lens), heads, dim)
-    out = torch.empty(len(lens), heads, dim)
-    lengths = torch.tensor(lens)
-    rc = lib.paged_decode_attention(q.data_ptr(), len(lens), heads * dim, heads, kv_heads, dim,
-                                    k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(),
-                                    width, block_size, lengths.data_ptr(), 0.2, out.data_ptr())
-    assert rc == 0
-    for b, n in enumerate(lens):
-        slots = torch.tensor([int(tables[b, p // block_size]) * block_size + p % block_size
-                              for p in range(n)])
-        want = F.scaled_dot_product_attention(
-            q[b][None, :, None], k_cache[slots].transpose(0, 1)[None],
-            v_cache[slots].transpose(0, 1)[None], scale=0.2,
-            enable_gqa=kv_heads != heads)[0, :, 0]
-        torch.testing.assert_close(out[b], want, rtol=1e-5, atol=1e-5)
+    _attention_matches_sdpa(lib, torch.randn(len(lens), heads, dim), k_cache, v_cache, tables,
+                            block_size, lens, 0.2)

@@ -94,13 +94,8 @@ class ModelRunner:
         """The greedy choice after each of ``item``'s tokens (all its rows' logits asked
         for), in one native call where a lone sequence's step runs on the native decoder
         with a native LM head; None elsewhere (then ``run`` and an argmax)."""
-        if self._on_gpu or item.num_logits != len(item.token_ids):
+        if item.num_logits != len(item.token_ids) or (decoder := self._native(item)) is None:
             return None
-        decoder = select.choose_step([item], self._lone, self._batched)
-        if not isinstance(decoder, NativeDecoder):
-            return None
-        if self._library is not None:
-            self._library.set_solo(False)
         ids = decoder.greedy_rows(item.token_ids, item.start, item.block_table)
         if ids is not None:
             self.num_forwards += 1
@@ -111,16 +106,24 @@ class ModelRunner:
         token) in one native call: what ``steps`` calls of ``greedy_rows`` would return,
         bit for bit (the same one-row kernels, LM head included); None where the step
         does not run on the native decoder with a native one-row LM head."""
-        if self._on_gpu or len(item.token_ids) != 1:
+        decoder = self._native(item) if len(item.token_ids) == 1 else None
+        if decoder is None or not decoder.can_run_steps():
             return None
-        decoder = select.choose_step([item], self._lone, self._batched)
-        if not isinstance(decoder, NativeDecoder) or not decoder.can_run_steps():
-            return None
-        if self._library is not None:
-            self._library.set_solo(False)
         ids = decoder.greedy(item.token_ids, item.start, item.block_table, steps)
         self.num_forwards += steps
         return ids
+
+    def _native(self, item: StepItem) -> NativeDecoder | None:
+        """The native decoder where a lone sequence's step ``item`` runs on it (its
+        kernels then split across the library's threads); None elsewhere."""
+        if self._on_gpu:
+            return None
+        decoder = select.choose_step([item], self._lone, self._batched)
+        if not isinstance(decoder, NativeDecoder):
+            return None
+        if self._library is not None:
+            self._library.set_solo(False)
+        return decoder
 
     def _device(self) -> GraphDecoder | None:
         """The graphed decoder on a GPU, once settled (measured, or forced)."""

@@ -202,22 +202,13 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
 
 def _confirmed_close(native: list[Kernel], other: list[Kernel], x: torch.Tensor) -> bool:
     """Whether ``native`` is within NATIVE_STEP_MARGIN of ``other`` timed apart, as a
-    decode step calls it: each in blocks of its own calls after an untimed warm-up of
-    the same length (what ran just before, another library's kernel, does not share its
-    timed blocks), the fastest of ``CONFIRM_ROUNDS`` blocks each."""
-    best = []
-    for copies in (native, other):
-        blocks = []
-        for _ in range(CONFIRM_ROUNDS):
-            for timed in (False, True):
-                start, calls = time.perf_counter(), 0
-                while time.perf_counter() - start < ROUND_BUDGET_S:
-                    copies[calls % len(copies)](x)
-                    calls += 1
-                if timed:
-                    blocks.append((time.perf_counter() - start) / calls)
-        best.append(min(blocks))
-    return best[0] <= NATIVE_STEP_MARGIN * best[1]
+    decode step calls it: each kernel's rounds back to back (``time_kernels`` on it
+    alone; its first round a warm-up after whatever ran before), the fastest of
+    ``CONFIRM_ROUNDS`` more rounds each."""
+    best: dict[str, float] = {}
+    for name, copies in (("native", native), ("other", other)):
+        time_kernels({name: copies}, x, CONFIRM_ROUNDS + 1, best=best)
+    return best["native"] <= NATIVE_STEP_MARGIN * best["other"]
 
 
 class SelectedLinear(nn.Module):

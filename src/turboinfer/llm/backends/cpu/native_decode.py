@@ -221,16 +221,22 @@ class NativeDecoder:
         values to the cache, return the next token's ``[1, vocab]`` float logits."""
         return self.forward([token], position, block_table, 1)
 
+    def _blocks_used(self, start: int, rows: int, block_table: list[int]) -> int:
+        """How many of the table's blocks a step of ``rows`` tokens at ``start`` reads; a
+        table too short is refused (the C step would read past it)."""
+        used = (start + rows - 1) // self.block_size + 1
+        if len(block_table) < used:
+            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
+                             f"position {start + rows - 1}")
+        return used
+
     def _step_inputs(self, tokens: list[int], start: int,
                      block_table: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's activations (the tokens' embeddings, a copy the C step overwrites)
         and the block table as far as the step reads it; a table too short is refused
         (the C step would read past it)."""
         rows = len(tokens)
-        used = (start + rows - 1) // self.block_size + 1
-        if len(block_table) < used:
-            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
-                             f"position {start + rows - 1}")
+        used = self._blocks_used(start, rows, block_table)
         x = (self.embed[tokens[0]].clone() if rows == 1
              else self.embed.index_select(0, torch.tensor(tokens, dtype=torch.long)))
         return x, torch.tensor(block_table[:used], dtype=torch.long)
@@ -266,10 +272,7 @@ class NativeDecoder:
         head = self._rows_head
         if head is None or (rows == 1 and not self._one_row_head) or not self.embed.is_contiguous():
             return None
-        used = (start + rows - 1) // self.block_size + 1
-        if len(block_table) < used:
-            raise ValueError(f"block table of {len(block_table)} blocks has no block for "
-                             f"position {start + rows - 1}")
+        used = self._blocks_used(start, rows, block_table)
         self._check_ids(tokens)
         if self._logits.numel() < rows * head.n:
             self._logits = torch.empty(rows * head.n)
