@@ -279,10 +279,23 @@ static inline void prefetch_row(const float *row, int64_t n) {
 /* The first of a step's rows (row r at position start + r) that attends to position p. */
 static inline int64_t first_row(int64_t p, int64_t start) { return p > start ? p - start : 0; }
 
+/* Where a window's statistics go (attend_window): per row r and head h, the scores'
+ * maximum at max[(r * heads + h) * stride] and the sum of their exponentials at sum[...];
+ * a row that does not reach the window gets -inf and 0. */
+typedef struct {
+    float *max, *sum;
+    int64_t stride;
+} window_stats;
+
 /* `rows` query rows of one sequence (new tokens at positions start.., row r attends to
- * positions 0..start + r; row r's query at q + r * q_stride) over its keys and values in
- * the paged cache; out: [rows, heads, head_dim]. offset ([start + rows]) and scores
- * ([rows, heads, start + rows]) are the caller's scratch.
+ * positions 0..start + r; row r's query at q + r * q_stride) over the positions p0..p1 of
+ * its keys and values in the paged cache; head h of row r out at out + r * out_row + h *
+ * out_head. With stats NULL the window is every position (p0 0, p1 start + rows) and out
+ * is the attention: the softmax's weights, with the maximum subtracted as SDPA does. With
+ * stats, out is the values' sum weighted by exp(score - m), m the window's maximum for
+ * that row and head, not normalized; m and the exponentials' sum go to stats (a chunk of
+ * a long row, attend_chunked). offset ([p1 - p0]) and scores ([rows, heads, p1 - p0])
+ * are the caller's scratch.
  *
  * The cache is walked in position order, each slot's whole row (every key-value head)
  * read once for every row's query heads: a walk per key-value head, reading a
@@ -294,100 +307,126 @@ static inline int64_t first_row(int64_t p, int64_t start) { return p > start ? p
  * own get weight zero. With AVX2 and head_dim a multiple of 8, the scores go in tiles of
  * 4 positions by up to 3 heads of a group (each chunk of a key or query loaded once per
  * tile, the tile's sums reduced together), and the values' weighted sum takes 4
- * positions per load and store of the output. Cache slots are kv_stride floats apart and
- * output rows out_stride apart, so a call can take some of the key-value heads (k_cache,
- * v_cache, q and out advanced to the first), as attend_split's parts do. */
-static void attend_rows(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
-                        int64_t kv_heads, int64_t head_dim, const float *k_cache,
-                        const float *v_cache, int64_t kv_stride, const int64_t *table,
-                        int64_t block_size, int64_t start, float scale, float *out,
-                        int64_t out_stride, int64_t *offset, float *scores) {
+ * positions per load and store of the output. Cache slots are kv_stride floats apart, so
+ * a call can take some of the key-value heads (k_cache, v_cache, q and out advanced to
+ * the first), as attend_split's parts do. Rows are fetched PREFETCH_ROWS ahead, past the
+ * window's end too (the next chunk, which a thread taking chunks in turn reads next). */
+static void attend_window(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
+                          int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                          const float *v_cache, int64_t kv_stride, const int64_t *table,
+                          int64_t block_size, int64_t start, float scale, int64_t p0,
+                          int64_t p1, float *out, int64_t out_row, int64_t out_head,
+                          const window_stats *stats, int64_t *offset, float *scores) {
     const int64_t group = heads / kv_heads, kv_width = kv_heads * head_dim;
-    const int64_t total = start + rows, q_size = heads * head_dim;
+    const int64_t total = start + rows, span = p1 - p0;
     const int vec = TD_AVX2 && head_dim % 8 == 0;
     (void)vec;                  /* the AVX2 paths only */
-    for (int64_t p = 0; p < total; p++)
-        offset[p] = (table[p / block_size] * block_size + p % block_size) * kv_stride;
-    /* scores[r, h, p] = scale * q_{r,h} . k_p (the key of h's group) */
-    int64_t p4 = 0;
+#define SLOT(i) ((table[(i) / block_size] * block_size + (i) % block_size) * kv_stride)
+#define AHEAD(i) ((i) < p1 ? offset[(i) - p0] : SLOT(i))
+    for (int64_t p = p0; p < p1; p++) offset[p - p0] = SLOT(p);
+    /* scores[r, h, p - p0] = scale * q_{r,h} . k_p (the key of h's group), every row
+     * that reaches p */
+    int64_t p4 = p0;
 #if TD_AVX2
-    for (; vec && p4 + 4 <= total; p4 += 4) {
-        const float *r0 = k_cache + offset[p4], *r1 = k_cache + offset[p4 + 1];
-        const float *r2 = k_cache + offset[p4 + 2], *r3 = k_cache + offset[p4 + 3];
+    for (; vec && p4 + 4 <= p1; p4 += 4) {
+        const float *r0 = k_cache + offset[p4 - p0], *r1 = k_cache + offset[p4 - p0 + 1];
+        const float *r2 = k_cache + offset[p4 - p0 + 2], *r3 = k_cache + offset[p4 - p0 + 3];
         for (int64_t i = p4 + PREFETCH_ROWS; i < p4 + PREFETCH_ROWS + 4 && i < total; i++)
-            prefetch_row(k_cache + offset[i], kv_width);
+            prefetch_row(k_cache + AHEAD(i), kv_width);
         for (int64_t r = first_row(p4, start); r < rows; r++) {
             const float *qr = q + r * q_stride;
             for (int64_t g = 0; g < kv_heads; g++) {
                 const int64_t at = g * head_dim;
                 for (int64_t j0 = 0; j0 < group; j0 += 3) {
                     const float *qj = qr + (g * group + j0) * head_dim;
-                    float *sj = scores + (r * heads + g * group + j0) * total + p4;
+                    float *sj = scores + (r * heads + g * group + j0) * span + (p4 - p0);
                     const float *k0 = r0 + at, *k1 = r1 + at, *k2 = r2 + at, *k3 = r3 + at;
                     /* constant head counts, so each call unrolls to its own FMAs */
                     switch (group - j0 < 3 ? group - j0 : 3) {
-                    case 3: tile_scores(qj, 3, k0, k1, k2, k3, head_dim, scale, sj, total); break;
-                    case 2: tile_scores(qj, 2, k0, k1, k2, k3, head_dim, scale, sj, total); break;
-                    default: tile_scores(qj, 1, k0, k1, k2, k3, head_dim, scale, sj, total);
+                    case 3: tile_scores(qj, 3, k0, k1, k2, k3, head_dim, scale, sj, span); break;
+                    case 2: tile_scores(qj, 2, k0, k1, k2, k3, head_dim, scale, sj, span); break;
+                    default: tile_scores(qj, 1, k0, k1, k2, k3, head_dim, scale, sj, span);
                     }
                 }
             }
         }
     }
 #endif
-    for (int64_t p = p4; p < total; p++) {
-        const float *row = k_cache + offset[p];
+    for (int64_t p = p4; p < p1; p++) {
+        const float *row = k_cache + offset[p - p0];
         if (p + PREFETCH_ROWS < total)
-            prefetch_row(k_cache + offset[p + PREFETCH_ROWS], kv_width);
+            prefetch_row(k_cache + AHEAD(p + PREFETCH_ROWS), kv_width);
         for (int64_t r = first_row(p, start); r < rows; r++)
             for (int64_t g = 0; g < kv_heads; g++) {
                 const float *qg = q + r * q_stride + g * group * head_dim;
                 const float *key = row + g * head_dim;
-                float *sg = scores + (r * heads + g * group) * total + p;
+                float *sg = scores + (r * heads + g * group) * span + (p - p0);
 #if TD_AVX2
                 if (vec) {
-                    group_scores(qg, key, group, head_dim, scale, sg, total);
+                    group_scores(qg, key, group, head_dim, scale, sg, span);
                     continue;
                 }
 #endif
                 for (int64_t j = 0; j < group; j++)
-                    sg[j * total] = scale * dot(qg + j * head_dim, key, head_dim);
+                    sg[j * span] = scale * dot(qg + j * head_dim, key, head_dim);
             }
     }
+    /* the weights: zero past a row's end */
     for (int64_t r = 0; r < rows; r++) {
-        const int64_t len = start + r + 1;
+        const int64_t end = start + r + 1, len = (end < p1 ? end : p1) - p0;
         for (int64_t h = 0; h < heads; h++) {
-            float *sh = scores + (r * heads + h) * total;
-            softmax_span(sh, len);
-            memset(sh + len, 0, (size_t)(total - len) * sizeof(float));
+            float *sh = scores + (r * heads + h) * span;
+            memset(out + r * out_row + h * out_head, 0, (size_t)head_dim * sizeof(float));
+            if (stats) {
+                const int64_t at = (r * heads + h) * stats->stride;
+                stats->max[at] = -INFINITY;
+                stats->sum[at] = 0.0f;
+                if (len <= 0) continue;
+                stats->sum[at] = exp_span(sh, len, &stats->max[at]);
+            } else {
+                softmax_span(sh, len);
+            }
+            memset(sh + len, 0, (size_t)(span - len) * sizeof(float));
         }
     }
-    for (int64_t r = 0; r < rows; r++)
-        memset(out + r * out_stride, 0, (size_t)q_size * sizeof(float));
-    int64_t p = 0;
+    int64_t p = p0;
 #if TD_AVX2
-    for (; vec && p + 4 <= total; p += 4) {
-        const float *v0 = v_cache + offset[p], *v1 = v_cache + offset[p + 1];
-        const float *v2 = v_cache + offset[p + 2], *v3 = v_cache + offset[p + 3];
+    for (; vec && p + 4 <= p1; p += 4) {
+        const float *v0 = v_cache + offset[p - p0], *v1 = v_cache + offset[p - p0 + 1];
+        const float *v2 = v_cache + offset[p - p0 + 2], *v3 = v_cache + offset[p - p0 + 3];
         for (int64_t i = p + PREFETCH_ROWS; i < p + PREFETCH_ROWS + 4 && i < total; i++)
-            prefetch_row(v_cache + offset[i], kv_width);
+            prefetch_row(v_cache + AHEAD(i), kv_width);
         for (int64_t r = first_row(p, start); r < rows; r++)
             for (int64_t h = 0, g = 0; g < kv_heads; g++) {
                 const int64_t at = g * head_dim;
                 for (int64_t j = 0; j < group; j++, h++)
-                    axpy4(scores + (r * heads + h) * total + p, v0 + at, v1 + at, v2 + at,
-                          v3 + at, out + r * out_stride + h * head_dim, head_dim);
+                    axpy4(scores + (r * heads + h) * span + (p - p0), v0 + at, v1 + at,
+                          v2 + at, v3 + at, out + r * out_row + h * out_head, head_dim);
             }
     }
 #endif
-    for (; p < total; p++) {
-        const float *row = v_cache + offset[p];
+    for (; p < p1; p++) {
+        const float *row = v_cache + offset[p - p0];
         for (int64_t r = first_row(p, start); r < rows; r++)
             for (int64_t h = 0, g = 0; g < kv_heads; g++)
                 for (int64_t j = 0; j < group; j++, h++)
-                    axpy(scores[(r * heads + h) * total + p], row + g * head_dim,
-                         out + r * out_stride + h * head_dim, head_dim);
+                    axpy(scores[(r * heads + h) * span + (p - p0)], row + g * head_dim,
+                         out + r * out_row + h * out_head, head_dim);
     }
+#undef AHEAD
+#undef SLOT
+}
+
+/* attend_window over all of a row's positions: the attention, out: [rows, heads,
+ * head_dim] with rows out_stride floats apart. */
+static void attend_rows(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
+                        int64_t kv_heads, int64_t head_dim, const float *k_cache,
+                        const float *v_cache, int64_t kv_stride, const int64_t *table,
+                        int64_t block_size, int64_t start, float scale, float *out,
+                        int64_t out_stride, int64_t *offset, float *scores) {
+    attend_window(q, rows, q_stride, heads, kv_heads, head_dim, k_cache, v_cache, kv_stride,
+                  table, block_size, start, scale, 0, start + rows, out, out_stride, head_dim,
+                  NULL, offset, scores);
 }
 
 static int attend_chunked(const float *q, int64_t rows, int64_t q_stride, int64_t heads,
@@ -520,127 +559,22 @@ typedef struct {
     float *scores;      /* parts x rows x heads x ATTEND_CHUNK */
 } chunk_job;
 
-/* Position i's row in the cache, in floats: from the chunk's offsets within it, from
- * the table past it (the fetch ahead runs on into the next chunk, whose rows a thread
- * taking the chunks in turn reads next). */
-static inline int64_t slot_offset(const chunk_job *j, int64_t i, int64_t p0, int64_t p1,
-                                  const int64_t *offset) {
-    if (i < p1) return offset[i - p0];
-    return (j->table[i / j->block_size] * j->block_size + i % j->block_size)
-           * j->kv_heads * j->head_dim;
-}
-
 static void chunk_part(void *ctx, int part, int parts) {
     (void)parts;
     const chunk_job *j = (const chunk_job *)ctx;
-    const int64_t c = part, d = j->head_dim, heads = j->heads, kv_heads = j->kv_heads;
-    const int64_t group = heads / kv_heads, kv_width = kv_heads * d;
-    const int64_t total = j->start + j->rows, p0 = c * ATTEND_CHUNK;
+    const int64_t c = part, d = j->head_dim, heads = j->heads;
+    const int64_t p0 = c * ATTEND_CHUNK, total = j->start + j->rows;
     const int64_t p1 = p0 + ATTEND_CHUNK < total ? p0 + ATTEND_CHUNK : total;
-    const int64_t span = ATTEND_CHUNK;  /* stride of a head's scores */
-    int64_t *offset = j->offset + (int64_t)part * ATTEND_CHUNK;
-    float *scores = j->scores + (int64_t)part * j->rows * heads * ATTEND_CHUNK;
-    for (int64_t r = 0; r < j->rows; r++)   /* rows that end before the chunk: no part */
-        for (int64_t h = 0; h < heads; h++) {
-            const int64_t at = (r * heads + h) * j->chunks + c;
-            j->part_max[at] = -INFINITY;
-            j->part_sum[at] = 0.0f;
-        }
-    if (p0 >= total) return;
-    /* The chunk's rows are read whole, every key-value head at once, as attend_rows
+    /* The chunk's rows are read whole, every key-value head at once, as the one walk
      * reads them: one walk per key-value head (4 of a row's 12 lines at a time on
      * SmolLM2) made a one-thread step at 1,900 positions 1.2-1.35x slower. */
-    for (int64_t p = p0; p < p1; p++)
-        offset[p - p0] = (j->table[p / j->block_size] * j->block_size + p % j->block_size)
-                         * kv_width;
-    /* scores[r, h, p - p0] = scale * q_{r,h} . k_p (h's group's key), every row that
-     * reaches p */
-    int64_t p = p0;
-#if TD_AVX2
-    const int vec = d % 8 == 0;
-    for (; vec && p + 4 <= p1; p += 4) {
-        const float *r0 = j->k_cache + offset[p - p0], *r1 = j->k_cache + offset[p - p0 + 1];
-        const float *r2 = j->k_cache + offset[p - p0 + 2], *r3 = j->k_cache + offset[p - p0 + 3];
-        for (int64_t i = p + PREFETCH_ROWS; i < p + PREFETCH_ROWS + 4 && i < total; i++)
-            prefetch_row(j->k_cache + slot_offset(j, i, p0, p1, offset), kv_width);
-        for (int64_t r = first_row(p, j->start); r < j->rows; r++)
-            for (int64_t g = 0; g < kv_heads; g++) {
-                const int64_t at = g * d;
-                for (int64_t h0 = 0; h0 < group; h0 += 3) {
-                    const float *qh = j->q + r * j->q_stride + (g * group + h0) * d;
-                    float *sh = scores + (r * heads + g * group + h0) * span + (p - p0);
-                    const float *k0 = r0 + at, *k1 = r1 + at, *k2 = r2 + at, *k3 = r3 + at;
-                    switch (group - h0 < 3 ? group - h0 : 3) {
-                    case 3: tile_scores(qh, 3, k0, k1, k2, k3, d, j->scale, sh, span); break;
-                    case 2: tile_scores(qh, 2, k0, k1, k2, k3, d, j->scale, sh, span); break;
-                    default: tile_scores(qh, 1, k0, k1, k2, k3, d, j->scale, sh, span);
-                    }
-                }
-            }
-    }
-#endif
-    for (; p < p1; p++) {
-        const float *row = j->k_cache + offset[p - p0];
-        if (p + PREFETCH_ROWS < total)
-            prefetch_row(j->k_cache + slot_offset(j, p + PREFETCH_ROWS, p0, p1, offset),
-                         kv_width);
-        for (int64_t r = first_row(p, j->start); r < j->rows; r++)
-            for (int64_t g = 0; g < kv_heads; g++) {
-                const float *qg = j->q + r * j->q_stride + g * group * d;
-                const float *key = row + g * d;
-                float *sg = scores + (r * heads + g * group) * span + (p - p0);
-#if TD_AVX2
-                if (vec) {
-                    group_scores(qg, key, group, d, j->scale, sg, span);
-                    continue;
-                }
-#endif
-                for (int64_t h = 0; h < group; h++)
-                    sg[h * span] = j->scale * dot(qg + h * d, key, d);
-            }
-    }
-    /* per row and head: m, exp(score - m) in place (zero past the row's end), s */
-    for (int64_t r = 0; r < j->rows; r++) {
-        const int64_t end = j->start + r + 1;
-        if (end <= p0) continue;
-        const int64_t len = (end < p1 ? end : p1) - p0;
-        for (int64_t h = 0; h < heads; h++) {
-            float *sh = scores + (r * heads + h) * span;
-            float m;
-            const float sum = exp_span(sh, len, &m);
-            memset(sh + len, 0, (size_t)(p1 - p0 - len) * sizeof(float));
-            const int64_t at = (r * heads + h) * j->chunks + c;
-            j->part_max[at] = m;
-            j->part_sum[at] = sum;
-            memset(j->part_out + at * d, 0, (size_t)d * sizeof(float));
-        }
-    }
-    /* o[r, h, c] = sum of exp(score - m) x v_p over the chunk's positions */
-    p = p0;
-#if TD_AVX2
-    for (; vec && p + 4 <= p1; p += 4) {
-        const float *v0 = j->v_cache + offset[p - p0], *v1 = j->v_cache + offset[p - p0 + 1];
-        const float *v2 = j->v_cache + offset[p - p0 + 2], *v3 = j->v_cache + offset[p - p0 + 3];
-        for (int64_t i = p + PREFETCH_ROWS; i < p + PREFETCH_ROWS + 4 && i < total; i++)
-            prefetch_row(j->v_cache + slot_offset(j, i, p0, p1, offset), kv_width);
-        for (int64_t r = first_row(p, j->start); r < j->rows; r++)
-            for (int64_t h = 0, g = 0; g < kv_heads; g++) {
-                const int64_t at = g * d;
-                for (int64_t k = 0; k < group; k++, h++)
-                    axpy4(scores + (r * heads + h) * span + (p - p0), v0 + at, v1 + at,
-                          v2 + at, v3 + at,
-                          j->part_out + ((r * heads + h) * j->chunks + c) * d, d);
-            }
-    }
-#endif
-    for (; p < p1; p++) {
-        const float *row = j->v_cache + offset[p - p0];
-        for (int64_t r = first_row(p, j->start); r < j->rows; r++)
-            for (int64_t h = 0, g = 0; g < kv_heads; g++)
-                for (int64_t k = 0; k < group; k++, h++)
-                    axpy(scores[(r * heads + h) * span + (p - p0)], row + g * d,
-                         j->part_out + ((r * heads + h) * j->chunks + c) * d, d);
-    }
+    const window_stats stats = {.max = j->part_max + c, .sum = j->part_sum + c,
+                                .stride = j->chunks};
+    attend_window(j->q, j->rows, j->q_stride, heads, j->kv_heads, d, j->k_cache, j->v_cache,
+                  j->kv_heads * d, j->table, j->block_size, j->start, j->scale, p0, p1,
+                  j->part_out + c * d, heads * j->chunks * d,
+                  j->chunks * d, &stats, j->offset + (int64_t)part * ATTEND_CHUNK,
+                  j->scores + (int64_t)part * j->rows * heads * ATTEND_CHUNK);
 }
 
 /* chunk_job's scratch for `rows` rows over up to `positions` positions; NULL: no
