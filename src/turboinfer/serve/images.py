@@ -6,7 +6,10 @@ and so do numpy's ufuncs, so the pool uses every core while the event loop keeps
 answering. An image's size is read from its header and checked before a pixel is
 decoded, so a 20,000 x 20,000 file costs a header read, not 1.2 GB. A JPEG is decoded
 straight at a reduced scale when it is much larger than needed (``Image.draft``:
-libjpeg's DCT scaling), and only the centre crop is resampled (``resize(box=...)``).
+libjpeg's DCT scaling), and only the centre crop is resampled (``resize(box=...)``), in C
+where a compiler is at hand (``serve/resample.py``: Pillow's pixels to the bit, written
+straight into the normalized planes; 0.25 ms for a 640x480 photo's crop where Pillow's
+resize and numpy's normalization took 1.2 on an AMD Zen 4).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from PIL import Image
 from turboinfer.errors import InvalidInputError
 from turboinfer.serve.datatypes import as_bytes
 from turboinfer.serve.prepost_config import ImagePreprocess
+from turboinfer.serve.resample import Resampler, resampler
 
 FORMATS = ("JPEG", "PNG", "WEBP")
 
@@ -40,6 +44,7 @@ class ImageDecoder:
         # (pixel / 255 - mean) / std as one multiply and one add, written in place.
         self._scale = (1.0 / (255.0 * std)).astype(np.float32)
         self._bias = (-mean / std).astype(np.float32)
+        self._resampler: Resampler | None = resampler()
 
     async def decode(self, name: str, files: np.ndarray) -> np.ndarray:
         """``files``: BYTES ``[N]`` or ``[N, 1]``, one encoded image each."""
@@ -64,11 +69,10 @@ class ImageDecoder:
             raise InvalidInputError(f"{where}: not a BYTES element") from None
         if not raw:
             raise InvalidInputError(f"{where}: the image is empty (0 bytes)")
-        pixels = self._pixels(where, raw)  # [crop, crop, 3] uint8
-        np.multiply(pixels.transpose(2, 0, 1), self._scale, out=out)
-        np.add(out, self._bias, out=out)
+        self._fill(where, raw, out)
 
-    def _pixels(self, where: str, raw: bytes) -> np.ndarray:
+    def _fill(self, where: str, raw: bytes, out: np.ndarray) -> None:
+        """Decode, resize and normalize one image into ``out`` ([3, crop, crop])."""
         settings = self.settings
         try:
             image = Image.open(io.BytesIO(raw), formats=FORMATS)
@@ -84,19 +88,20 @@ class ImageDecoder:
                 raise InvalidInputError(f"{where}: the image is {width}x{height}, over the "
                                         f"{settings.max_pixels} pixels allowed")
             try:
-                return self._resized(image, width, height)
+                self._resized(image, width, height, out)
             except Exception as exc:
                 raise InvalidInputError(f"{where}: cannot decode the {image.format} image "
                                         f"({_brief(exc)})") from None
 
-    def _resized(self, image: Image.Image, width: int, height: int) -> np.ndarray:
+    def _resized(self, image: Image.Image, width: int, height: int, out: np.ndarray) -> None:
         settings = self.settings
         scale = settings.resize / min(width, height)
         if image.format == "JPEG":
             # Decode at 1/2, 1/4 or 1/8 scale when the result stays at least the size
             # the resize needs: far fewer pixels to decode for large photos.
             image.draft("RGB", (math.ceil(width * scale), math.ceil(height * scale)))
-        rgb = image.convert("RGB")
+        # Already RGB (most JPEGs): no copy through convert.
+        rgb = image if image.mode == "RGB" else image.convert("RGB")
         # The crop in source pixels (draft may have shrunk the source): resample only it.
         factor = rgb.width / width
         side = settings.crop / scale * factor
@@ -106,9 +111,13 @@ class ImageDecoder:
             side = min(rgb.width, rgb.height)
             left, top = (rgb.width - side) / 2, (rgb.height - side) / 2
         crop = settings.crop
-        cropped = rgb.resize((crop, crop), Image.Resampling.BILINEAR,
-                             box=(left, top, left + side, top + side))
-        return np.asarray(cropped)
+        box = (left, top, left + side, top + side)
+        if self._resampler is not None:
+            self._resampler.planes(np.asarray(rgb), box, self._scale, self._bias, out)
+            return
+        pixels = np.asarray(rgb.resize((crop, crop), Image.Resampling.BILINEAR, box=box))
+        np.multiply(pixels.transpose(2, 0, 1), self._scale, out=out)
+        np.add(out, self._bias, out=out)
 
 
 def _brief(exc: Exception) -> str:

@@ -10,20 +10,15 @@ and renamed into place, so processes compiling at the same time never load half 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import hashlib
 import os
-import platform
-import shlex
-import shutil
-import subprocess
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
+
+from turboinfer.native_build import compile_shared
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("kernels.c", "amx.c", "decode.c",
                                                              "threads.c"))
@@ -32,7 +27,6 @@ FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread")
 CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache uses
 DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 AMX_ENV = "TURBOINFER_AMX"                  # "0": leave the AMX kernel out (A/B timing)
-COMPILE_TIMEOUT_S = 120
 # The kernel families with their own prefetch distance, in native.h's TI_PREFETCH_* order
 # (f32: the fp32 kernel at several rows: below ``f32_wide_from`` its 256-bit tiles,
 # fetching the next tile or not (0); from it its 512-bit passes and how far ahead their
@@ -180,48 +174,13 @@ def cache_dir() -> Path:
     return path / "native"
 
 
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return f"{platform.machine()} {platform.processor()}"
-
-
 def build_library(compiler: str, flags: tuple[str, ...] = FLAGS, *,
                   folder: Path | None = None) -> NativeStatus:
     """Compile (or find compiled) the sources with ``compiler`` and ``flags``; load them."""
-    argv = shlex.split(compiler)
-    if not argv or shutil.which(argv[0]) is None:
-        return NativeStatus(None, f"no C compiler: {compiler!r} not found (set CC)")
-    try:
-        version = subprocess.run([*argv, "--version"], capture_output=True, text=True,
-                                 timeout=COMPILE_TIMEOUT_S, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return NativeStatus(None, f"C compiler {compiler!r} does not run: {exc}")
-    sources = (path.read_bytes() for path in SOURCES + HEADERS)
-    digest = hashlib.sha256(b"\0".join([*sources,
-                                        " ".join(flags).encode(), version.encode(),
-                                        _cpu_flags().encode()])).hexdigest()[:16]
-    folder = folder or cache_dir()
-    final = folder / f"kernels-{digest}.so"
-    if not final.exists():
-        tmp = folder / f".{final.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            done = subprocess.run([*argv, *flags, "-o", str(tmp), *map(str, SOURCES), "-lm"],
-                                  capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-            if done.returncode != 0:
-                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-                return NativeStatus(None, f"compiling the native kernels failed: {last}")
-            os.replace(tmp, final)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return NativeStatus(None, f"compiling the native kernels failed: {exc}")
-        finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+    final, reason = compile_shared(compiler, SOURCES, flags, folder or cache_dir(), "kernels",
+                                   headers=HEADERS, what="the native kernels")
+    if final is None:
+        return NativeStatus(None, reason)
     try:
         return NativeStatus(NativeLibrary(final))
     except (OSError, AttributeError) as exc:
