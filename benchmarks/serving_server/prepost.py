@@ -133,14 +133,16 @@ def load(port: int, model: str, data: Path, concurrency: int, out: Path) -> dict
 
 def image_data(work: Path) -> tuple[Path, Path]:
     """A folder of JPEGs, and the client's ready tensor of the first (its own decode)."""
-    from turboinfer.optimize.data.images import prepare
-    from turboinfer.optimize.settings import ImagePrep
+    from turboinfer.serve.images import ImageDecoder
+    from turboinfer.serve.prepost_config import ImagePreprocess
 
     folder = work / "images"
     folder.mkdir()
     for seed in range(IMAGES):
         (folder / f"{seed:02d}.jpg").write_bytes(photo_like(640, 480, seed))
-    tensor = prepare(folder / "00.jpg", ImagePrep(), 224)[None].astype(np.float32)
+    tensor = np.empty((1, 3, 224, 224), np.float32)
+    ImageDecoder(ImagePreprocess(kind="image"), np.dtype(np.float32)).fill(
+        "image", (folder / "00.jpg").read_bytes(), tensor[0])
     np.savez(work / "image-tensor.npz", input=tensor)
     return folder, work / "image-tensor.npz"
 

@@ -4,6 +4,7 @@ normalized floats as Pillow's resize followed by numpy's multiply and add."""
 from __future__ import annotations
 
 import asyncio
+import io
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -105,12 +106,25 @@ def test_bad_arguments_are_refused(native: Resampler) -> None:
                       np.zeros(3, np.float32), np.empty((3, 4, 4), np.float64))
 
 
+def jpeg(image: Image.Image, **options: object) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", **options)
+    return buffer.getvalue()
+
+
 def test_the_door_gives_the_same_tensor_with_and_without_it(
         native: Resampler, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C resize (and the JPEGs simplejpeg decodes) against Pillow's decode and
+    resize and numpy's normalization: grey, CMYK, progressive and 4:4:4 JPEGs, ones
+    decoded at 1/2, 1/4 and 1/8 scale, PNG and WebP."""
     settings = ImagePreprocess(kind="image", resize=64, crop=56)
-    files = np.empty(4, dtype=object)
+    rgb = Image.open(io.BytesIO(photo(1200, 900, seed=6)))
+    files = np.empty(10, dtype=object)
     files[:] = [photo(200, 150, seed=1), photo(150, 200, seed=2, fmt="PNG"),
-                photo(96, 64, seed=3, fmt="WEBP"), photo(640, 480, seed=4)]
+                photo(96, 64, seed=3, fmt="WEBP"), photo(640, 480, seed=4),
+                jpeg(rgb), jpeg(rgb.resize((300, 260))), jpeg(rgb.convert("L")),
+                jpeg(rgb.convert("CMYK")), jpeg(rgb, progressive=True),
+                jpeg(rgb.resize((170, 130)), subsampling=0)]
 
     def run() -> np.ndarray:
         with ThreadPoolExecutor(2) as pool:
@@ -122,3 +136,37 @@ def test_the_door_gives_the_same_tensor_with_and_without_it(
     assert resampler() is None
     without = run()
     assert np.array_equal(with_native.view(np.uint32), without.view(np.uint32))
+
+
+def test_without_a_compiler_the_door_resizes_with_pillow(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "no-such-compiler-anywhere")
+    found, reason = resampler_status()
+    assert found is None and "no C compiler" in reason
+    files = np.empty(1, dtype=object)
+    files[:] = [photo(120, 90, seed=5)]
+    with ThreadPoolExecutor(1) as pool:
+        decoder = ImageDecoder(ImagePreprocess(kind="image", resize=64, crop=56),
+                               np.dtype(np.float32), pool)
+        tensor = asyncio.run(decoder.decode("image", files))
+    assert tensor.shape == (1, 3, 56, 56) and np.isfinite(tensor).all()
+
+
+def test_jpegs_decode_to_pillows_pixels_or_are_left_to_pillow() -> None:
+    """RGB and grey JPEGs at every DCT scale; a file simplejpeg refuses is Pillow's.
+    (CMYK JPEGs, which simplejpeg converts its own way, never reach it: the door's
+    tensor test covers one.)"""
+    pytest.importorskip("simplejpeg")
+    from turboinfer.serve.images import _decode_jpeg
+
+    rgb = Image.open(io.BytesIO(photo(1200, 900, seed=7)))
+    for image, scale in ((rgb, 1), (rgb, 4), (rgb.convert("L"), 2), (rgb, 8)):
+        raw = jpeg(image)
+        want = Image.open(io.BytesIO(raw))
+        width, height = -(-1200 // scale), -(-900 // scale)     # libjpeg rounds up
+        want.draft("RGB", (1200 // scale, 900 // scale))
+        pixels = np.asarray(want.convert("RGB"))
+        assert pixels.shape == (height, width, 3)
+        got = _decode_jpeg(raw, width, height, scale)
+        assert got is not None and np.array_equal(got, pixels)
+    assert _decode_jpeg(jpeg(rgb)[:5000], 1200, 900, 1) is None     # cut short

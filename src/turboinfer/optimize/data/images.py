@@ -1,6 +1,7 @@
-"""A folder of images as calibration inputs for a vision model: decoded with Pillow as
-RGB, shorter side resized, centre-cropped, scaled to [0, 1], normalized per channel and
-laid out NCHW, the preprocessing most ImageNet-style models were trained with.
+"""A folder of images as calibration inputs for a vision model: decoded as RGB, shorter
+side resized, centre-cropped, scaled to [0, 1], normalized per channel and laid out NCHW,
+the preprocessing most ImageNet-style models were trained with, by the server's own image
+decoder (``serve/images.py``), so that calibration sees the tensors serving makes.
 """
 
 from __future__ import annotations
@@ -8,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from turboinfer.engines.base import TensorSpec
 from turboinfer.errors import ConfigError, InvalidInputError
 from turboinfer.optimize.settings import ImagePrep
+from turboinfer.serve.images import ImageDecoder
+from turboinfer.serve.prepost_config import ImagePreprocess
 
 SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".webp", ".gif", ".tif", ".tiff"})
 
@@ -47,22 +49,13 @@ def load_images(folder: Path, specs: list[TensorSpec], prep: ImagePrep,
         raise ConfigError(f"--calib-images {folder}: no image files "
                           f"({', '.join(sorted(SUFFIXES))})")
     size = crop_size(spec, prep)
-    batch = np.stack([prepare(file, prep, size) for file in files])  # [N, 3, H, W]
+    decoder = ImageDecoder(ImagePreprocess(kind="image", resize=prep.resize, crop=size,
+                                           mean=prep.mean, std=prep.std),
+                           np.dtype(np.float32), formats=None)
+    batch = np.empty((len(files), 3, size, size), np.float32)
+    for file, out in zip(files, batch, strict=True):
+        try:
+            decoder.fill(str(file), file.read_bytes(), out)
+        except (OSError, InvalidInputError) as exc:
+            raise ConfigError(f"--calib-images: cannot decode {file}: {exc}") from None
     return {spec.name: batch.astype(spec.dtype)}
-
-
-def prepare(file: Path, prep: ImagePrep, size: int) -> np.ndarray:
-    """One image -> ``[3, size, size]`` float32, normalized."""
-    try:
-        with Image.open(file) as image:
-            rgb = image.convert("RGB")
-    except (OSError, UnidentifiedImageError):
-        raise ConfigError(f"--calib-images: cannot decode {file}") from None
-    scale = prep.resize / min(rgb.size)
-    resized = rgb.resize((max(size, round(rgb.width * scale)),
-                          max(size, round(rgb.height * scale))), Image.Resampling.BILINEAR)
-    left, top = (resized.width - size) // 2, (resized.height - size) // 2
-    cropped = resized.crop((left, top, left + size, top + size))
-    pixels = np.asarray(cropped, dtype=np.float32) / 255.0  # [H, W, 3]
-    normalized = (pixels - np.asarray(prep.mean, np.float32)) / np.asarray(prep.std, np.float32)
-    return normalized.transpose(2, 0, 1)
