@@ -1,15 +1,17 @@
 """Image pre-processing in the server: encoded files (JPEG, PNG, WebP) in, the model's
 normalized NCHW tensor out.
 
-Decoding runs on a thread pool: Pillow's decoders and its resampling release the GIL,
-and so do numpy's ufuncs, so the pool uses every core while the event loop keeps
-answering. An image's size is read from its header and checked before a pixel is
-decoded, so a 20,000 x 20,000 file costs a header read, not 1.2 GB. A JPEG is decoded
-straight at a reduced scale when it is much larger than needed (``Image.draft``:
-libjpeg's DCT scaling), and only the centre crop is resampled (``resize(box=...)``), in C
-where a compiler is at hand (``serve/resample.py``: Pillow's pixels to the bit, written
-straight into the normalized planes; 0.25 ms for a 640x480 photo's crop where Pillow's
-resize and numpy's normalization took 1.2 on an AMD Zen 4).
+Decoding runs on a thread pool: Pillow's and simplejpeg's decoders and the C resize
+release the GIL, and so do numpy's ufuncs, so the pool uses every core while the event
+loop keeps answering. An image's size is read from its header and checked before a
+pixel is decoded, so a 20,000 x 20,000 file costs a header read, not 1.2 GB. A JPEG is
+decoded straight at a reduced scale when it is much larger than needed (``Image.draft``:
+libjpeg's DCT scaling), and only the centre crop is resampled (``resize(box=...)``). Where
+a C compiler is at hand the crop is resampled in C (``serve/resample.py``: Pillow's pixels
+to the bit, written straight into the normalized planes) and JPEGs are decoded by
+simplejpeg into numpy (Pillow's pixels again): 1.3 ms a 640x480 photo where Pillow's
+decode, resize and numpy's normalization took 2.3 on an AMD Zen 4
+(benchmarks/serving_server/resize.py).
 """
 
 from __future__ import annotations
