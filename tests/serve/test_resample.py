@@ -5,16 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import platform
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from serve.prepost_models import photo
+from turboinfer.native_build import compile_shared
 from turboinfer.serve.images import ImageDecoder
 from turboinfer.serve.prepost_config import ImagePreprocess
-from turboinfer.serve.resample import DISABLE_ENV, Resampler, resampler, resampler_status
+from turboinfer.serve.resample import (
+    DISABLE_ENV,
+    SOURCE,
+    Resampler,
+    resampler,
+    resampler_status,
+)
 
 BILINEAR = Image.Resampling.BILINEAR
 
@@ -170,3 +180,24 @@ def test_jpegs_decode_to_pillows_pixels_or_are_left_to_pillow() -> None:
         got = _decode_jpeg(raw, width, height, scale)
         assert got is not None and np.array_equal(got, pixels)
     assert _decode_jpeg(jpeg(rgb)[:5000], 1200, 900, 1) is None     # cut short
+
+
+@pytest.mark.parametrize("march", ["x86-64", "x86-64-v2", "haswell"])
+def test_every_build_gives_pillows_pixels(march: str, tmp_path: Path) -> None:
+    """The plain C loop (x86-64), the SSE4.1 pixel (x86-64-v2, haswell: AVX2 without
+    AVX-512) and, on this machine's own build above, the AVX-512 VBMI groups: each
+    build's pixels are Pillow's. Only where the compiler and the CPU take the flags."""
+    if platform.machine() != "x86_64":
+        pytest.skip("x86-64 builds")
+    flags = ("-O3", f"-march={march}", "-ffp-contract=off", "-fPIC", "-shared")
+    path, reason = compile_shared(os.environ.get("CC") or "cc", (SOURCE,), flags, tmp_path,
+                                  "resample")
+    if path is None:
+        pytest.skip(reason)
+    try:
+        build = Resampler(path)
+        for rgb, box, size in cases(4, 120):
+            assert np.array_equal(build.pixels(rgb, box, size), pillow(rgb, box, size)), \
+                (march, rgb.shape, box, size)
+    except OSError as exc:      # a build for an ISA this CPU lacks
+        pytest.skip(f"{march} build does not load here: {exc}")
