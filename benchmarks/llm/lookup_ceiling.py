@@ -28,6 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from compare import matching_prefix  # noqa: E402
 from native_kernels import machine  # noqa: E402
 from run import regenerate_prompts, warm  # noqa: E402
 
@@ -72,15 +73,6 @@ def row_costs(repeats: int = 300, rounds: int = 6) -> dict[str, list[float]]:
             for name, python in (("back_to_back", False), ("python_between", True))}
 
 
-def kept(proposal: list[int], truth: list[int]) -> int:
-    n = 0
-    for a, b in zip(proposal, truth, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
-
-
 def replay(prompts: list[list[int]], outputs: list[list[int]], costs: list[float],
            engine_ms: float, oracle: bool) -> dict[str, float]:
     """Rounds over the outputs, twice (the chooser learns in the first)."""
@@ -96,9 +88,10 @@ def replay(prompts: list[list[int]], outputs: list[list[int]], costs: list[float
                 grown = 2 * len(last[1]) if last and last[2] and last[1] else 0
                 proposal = found[:max(1, matched * (matched + 1) // 2, grown)]
                 if proposal:
-                    cut = kept(proposal, truth) if oracle else choice.truncate(len(proposal))
+                    cut = (matching_prefix(proposal, truth) if oracle
+                           else choice.truncate(len(proposal)))
                     proposal = proposal[:cut]
-                accepted = kept(proposal, truth)
+                accepted = matching_prefix(proposal, truth)
                 choice.record(len(proposal), accepted)
                 last = (t, proposal, accepted == len(proposal))
                 step = min(accepted + 1, len(truth))

@@ -20,17 +20,28 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import platformdirs
+
 COMPILE_TIMEOUT_S = 120
+CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache uses
+
+
+def native_folder() -> Path:
+    """Where compiled libraries are kept: ``native`` in ``$TURBOINFER_CACHE_DIR``, else in
+    the user cache folder. (Not turboinfer.models.cache: the LLM layer sits below models
+    and may not import it.)"""
+    override = os.environ.get(CACHE_ENV)
+    root = (Path(override).expanduser() if override
+            else Path(platformdirs.user_cache_dir("turboinfer")))
+    return root / "native"
 
 
 def cpu_flags() -> str:
     """The CPU's feature flags as the kernel reports them (part of every library's key)."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
                 return line
-    except OSError:
-        pass
     return f"{platform.machine()} {platform.processor()}"
 
 

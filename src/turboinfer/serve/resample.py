@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 import PIL
 
-from turboinfer.models.cache import cache_dir
-from turboinfer.native_build import compile_shared
+from turboinfer.native_build import CACHE_ENV, compile_shared, native_folder
 
 SOURCE = Path(__file__).with_name("resample.c")
 # -ffp-contract=off: the normalization is a multiply then an add, as numpy does it; a
@@ -106,7 +105,7 @@ def resampler() -> Resampler | None:
 
 
 def resampler_status() -> tuple[Resampler | None, str]:
-    key = (os.environ.get("CC") or "cc", os.environ.get("TURBOINFER_CACHE_DIR", ""))
+    key = (os.environ.get("CC") or "cc", os.environ.get(CACHE_ENV, ""))
     if os.environ.get(DISABLE_ENV, "") == "0":
         return None, f"turned off ({DISABLE_ENV}=0)"
     with _LOCK:
@@ -116,7 +115,7 @@ def resampler_status() -> tuple[Resampler | None, str]:
 
 
 def _build(compiler: str) -> tuple[Resampler | None, str]:
-    path, reason = compile_shared(compiler, (SOURCE,), FLAGS, cache_dir() / "native", "resample",
+    path, reason = compile_shared(compiler, (SOURCE,), FLAGS, native_folder(), "resample",
                                   what="the image resize")
     if path is None:
         return None, reason

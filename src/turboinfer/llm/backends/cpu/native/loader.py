@@ -16,15 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
-from turboinfer.native_build import compile_shared
+from turboinfer.native_build import CACHE_ENV, compile_shared, native_folder
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("kernels.c", "amx.c", "decode.c",
                                                              "threads.c"))
 HEADERS = (Path(__file__).with_name("native.h"),)   # part of the sources' hash
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread")
-CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache uses
 DISABLE_ENV = "TURBOINFER_NATIVE_KERNELS"   # "0": leave the native kernels out
 AMX_ENV = "TURBOINFER_AMX"                  # "0": leave the AMX kernel out (A/B timing)
 # The kernel families with their own prefetch distance, in native.h's TI_PREFETCH_* order
@@ -166,18 +163,10 @@ class NativeStatus:
     reason: str = ""          # why there is no library; empty when there is
 
 
-def cache_dir() -> Path:
-    # Not turboinfer.models.cache: the llm layer sits below models and may not import it.
-    override = os.environ.get(CACHE_ENV)
-    path = (Path(override).expanduser() if override
-            else Path(platformdirs.user_cache_dir("turboinfer")))
-    return path / "native"
-
-
 def build_library(compiler: str, flags: tuple[str, ...] = FLAGS, *,
                   folder: Path | None = None) -> NativeStatus:
     """Compile (or find compiled) the sources with ``compiler`` and ``flags``; load them."""
-    final, reason = compile_shared(compiler, SOURCES, flags, folder or cache_dir(), "kernels",
+    final, reason = compile_shared(compiler, SOURCES, flags, folder or native_folder(), "kernels",
                                    headers=HEADERS, what="the native kernels")
     if final is None:
         return NativeStatus(None, reason)
