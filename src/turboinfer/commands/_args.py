@@ -1,8 +1,10 @@
-"""Argument parsers shared by subcommands: comma lists, shapes, engine settings."""
+"""Argument parsers shared by subcommands: comma lists, numbers, durations, shapes,
+engine settings."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -47,6 +49,36 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return value
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
+_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration_or_zero(text: str) -> float:
+    """``500ms``, ``30s``, ``10m``, ``1h`` or plain seconds, in seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration (e.g. 30s, 10m): {text!r}")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def duration(text: str) -> float:
+    """As ``duration_or_zero``, above zero."""
+    value = duration_or_zero(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be longer than zero: {text!r}")
     return value
 
 

@@ -15,29 +15,12 @@ from typing import Any
 
 import orjson
 
-from turboinfer.commands._args import positive_int
+from turboinfer.commands._args import duration, positive_int
 from turboinfer.errors import ConfigError
 from turboinfer.load.openai.settings import LoadSettings
 
 # Defaults come from the settings object, so the help and the library agree.
 _DEFAULTS = LoadSettings(url="")
-_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def duration(text: str) -> float:
-    """``500ms``, ``30s``, ``10m``, ``1h`` or plain seconds, above zero."""
-    number, unit = text.strip(), "s"
-    for suffix in ("ms", "s", "m", "h"):
-        if number.endswith(suffix):
-            number, unit = number[:-len(suffix)], suffix
-            break
-    try:
-        value = float(number) * _UNIT_S[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration (e.g. 30s, 10m): {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be longer than zero: {text!r}")
-    return value
 
 
 def rate(text: str) -> float:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
-from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.commands._args import comma_list, duration, positive_int
 from turboinfer.doctor.api import DoctorRequest, run_doctor
 from turboinfer.doctor.report import format_text
 from turboinfer.doctor.selfrun import SelfRunSettings
@@ -15,17 +14,7 @@ from turboinfer.output import print_json
 NAME = "doctor"
 HELP = "say why inference is slow: findings with evidence and a fix"
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
-_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}
 REPORTS = ("load", "bench", "tune", "profile")
-
-
-def window(text: str) -> float:
-    """``30s``, ``500ms``, ``2m`` or plain seconds, above zero."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"not a duration above zero (e.g. 30s): {text!r}")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(builtin:NAME, model.onnx) to bench here")
     parser.add_argument("--model", help="URL mode: the served model (the busiest one if not "
                                         "given)")
-    parser.add_argument("--window", type=window, default=30.0, metavar="DURATION",
+    parser.add_argument("--window", type=duration, default=30.0, metavar="DURATION",
                         help="URL mode: how long to watch the server, e.g. 30s")
     for kind in REPORTS:
         parser.add_argument(f"--{kind}", type=Path, metavar="REPORT.json",

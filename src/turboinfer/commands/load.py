@@ -7,11 +7,18 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
-from turboinfer.commands._args import add_shape_argument, comma_list, positive_int, shape_flags
+from turboinfer.commands._args import (
+    add_shape_argument,
+    comma_list,
+    duration,
+    duration_or_zero,
+    positive_float,
+    positive_int,
+    shape_flags,
+)
 from turboinfer.errors import ConfigError
 from turboinfer.load.compare import compare_files, format_comparison
 from turboinfer.load.loadgen import LoadgenSettings, format_loadgen, run_loadgen
@@ -25,37 +32,10 @@ NAME = "load"
 HELP = "load-test an inference server (OIP v2: turboinfer, Triton, KServe, MLServer)"
 
 COMPARE = "compare"
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 SCENARIO_DEFAULTS = {"soak": {"duration": 600.0, "window": 10.0}}
 # Defaults come from the settings objects, so the help and the library agree.
 _SCENARIO = ScenarioSettings()
 _LOAD = LoadSettings(url="", model="")
-
-
-def duration_or_zero(text: str) -> float:
-    """``500ms``, ``30s``, ``10m``, ``1h`` or plain seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a duration (e.g. 30s, 10m): {text!r}")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
-
-
-def duration(text: str) -> float:
-    value = duration_or_zero(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be longer than zero: {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
