@@ -68,7 +68,11 @@ def _greedy(reference: LLM, prompt: str) -> str:
 
 
 def test_openai_client_against_the_replicas(url: str, reference: LLM) -> None:
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+    with openai.OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
+        _ask_the_replicas(client, reference)
+
+
+def _ask_the_replicas(client: openai.OpenAI, reference: LLM) -> None:
     assert [m.id for m in client.models.list().data] == ["demo"]
     whole = client.completions.create(model="demo", prompt=PROMPTS[0], max_tokens=MAX_TOKENS,
                                       temperature=0)

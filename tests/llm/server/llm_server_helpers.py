@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,20 @@ MAX_WAITING = 8
 @dataclass(frozen=True)
 class Server:
     url: str
+    # The clients handed out, closed with the server: an unclosed one's pooled connection
+    # is closed only when the garbage collector finds it, in whatever test runs then,
+    # which pytest fails for the ResourceWarning.
+    clients: list[openai.OpenAI] = field(default_factory=list)
 
     def client(self, **options: Any) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=API_KEY, **options)
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=API_KEY, **options)
+        self.clients.append(client)
+        return client
+
+    def close_clients(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.clients.clear()
 
     def get_json(self, path: str) -> Any:
         with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as reply:
@@ -93,9 +104,11 @@ def launch(log_dir: Path, *extra: str) -> Iterator[Server]:
         pytest.fail(f"the server did not start: {log_path.read_text()}")
     assert line.startswith("turboinfer llm serving http="), line
     address = line.split("http=")[1].split()[0]
+    server = Server(f"http://{address}")
     try:
-        yield Server(f"http://{address}")
+        yield server
     finally:
+        server.close_clients()
         proc.terminate()
         try:
             proc.wait(timeout=30)

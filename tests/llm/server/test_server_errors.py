@@ -94,8 +94,9 @@ def test_api_key_is_required(server: Server) -> None:
     _check_error(code, reply, 401, None)
     code, _, reply = server.post("/v1/completions", body, key="sk-wrong")
     assert code == 401 and reply["error"]["type"] == "authentication_error"
-    with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-wrong").models.list()
+    with (openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-wrong") as client,
+          pytest.raises(openai.AuthenticationError)):
+        client.models.list()
     assert server.get_json("/health")["status"] == "ok"  # probes need no key
 
 
