@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ import ray
 from ray import serve
 
 from turboinfer.errors import ConfigError
+from turboinfer.ports import free_port
 
 LOCAL = "local"
 # Warnings and errors only: Ray Serve's access log writes a line per request in the
@@ -29,14 +29,6 @@ class RaySettings:
 
     address: str = LOCAL
     num_cpus: int | None = None
-
-
-def free_port(host: str) -> int:
-    """A port free now on ``host``: Ray's proxy takes a number, never 0."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Stopper:

@@ -23,12 +23,6 @@ from torch import nn
 IDLE_TIMEOUT = datetime.timedelta(days=7)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _loopback_interface() -> str | None:
     return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
 

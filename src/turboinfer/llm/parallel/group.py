@@ -26,8 +26,9 @@ from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.model.config import EngineConfig, ModelConfig
 from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.model.loader import load_model
-from turboinfer.llm.parallel.collectives import broadcast_step, free_port, init_group
+from turboinfer.llm.parallel.collectives import broadcast_step, init_group
 from turboinfer.llm.parallel.sharding import check_layout, shard_model
+from turboinfer.ports import free_port
 
 CPU = torch.device("cpu")
 
