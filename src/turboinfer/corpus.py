@@ -7,6 +7,7 @@ feeds it to MiniLM's distillation as extra text (``benchmarks/prune/run.py``).
 from __future__ import annotations
 
 import ast
+import functools
 import sysconfig
 from pathlib import Path
 
@@ -18,6 +19,13 @@ def stdlib_docstrings(min_chars: int = 0) -> list[str]:
 
     Test suites and third-party packages are skipped; ``min_chars`` drops short ones.
     """
+    return [doc for doc in _all_docstrings() if len(doc) >= min_chars]
+
+
+@functools.cache
+def _all_docstrings() -> tuple[str, ...]:
+    """Every docstring, stripped: parsing the whole standard library takes seconds, so a
+    process does it once."""
     root = Path(sysconfig.get_paths()["stdlib"])
     docs = []
     for path in sorted(root.rglob("*.py")):
@@ -31,6 +39,6 @@ def stdlib_docstrings(min_chars: int = 0) -> list[str]:
             if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef |
                           ast.AsyncFunctionDef):
                 doc = ast.get_docstring(node)
-                if doc and len(doc) >= min_chars:
+                if doc:
                     docs.append(doc.strip())
-    return docs
+    return tuple(docs)
