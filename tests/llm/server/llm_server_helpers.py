@@ -31,7 +31,7 @@ class Server:
     # The clients handed out, closed with the server: an unclosed one's pooled connection
     # is closed only when the garbage collector finds it, in whatever test runs then,
     # which pytest fails for the ResourceWarning.
-    clients: list[openai.OpenAI] = field(default_factory=list)
+    clients: list[openai.OpenAI] = field(default_factory=list, compare=False, repr=False)
 
     def client(self, **options: Any) -> openai.OpenAI:
         client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=API_KEY, **options)
