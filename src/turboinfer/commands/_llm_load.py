@@ -15,22 +15,12 @@ from typing import Any
 
 import orjson
 
-from turboinfer.commands._args import duration, positive_int
+from turboinfer.commands._args import duration, positive_float, positive_int
 from turboinfer.errors import ConfigError
 from turboinfer.load.openai.settings import LoadSettings
 
 # Defaults come from the settings object, so the help and the library agree.
 _DEFAULTS = LoadSettings(url="")
-
-
-def rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a rate (requests/s or inf): {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 or inf: {text!r}")
-    return value
 
 
 def add_load_parser(sub: Any) -> None:
@@ -51,9 +41,9 @@ def add_load_parser(sub: Any) -> None:
                    help="prompt tokens")
     p.add_argument("--output-len", type=positive_int, default=_DEFAULTS.output_len,
                    help="max_tokens")
-    p.add_argument("--request-rate", type=rate, default=_DEFAULTS.request_rate,
-                   help="requests/s, Poisson (burstiness 1) or gamma arrivals")
-    p.add_argument("--burstiness", type=rate, default=_DEFAULTS.burstiness,
+    p.add_argument("--request-rate", type=positive_float, default=_DEFAULTS.request_rate,
+                   help="requests/s (inf: all at once), Poisson (burstiness 1) or gamma arrivals")
+    p.add_argument("--burstiness", type=positive_float, default=_DEFAULTS.burstiness,
                    help="gamma shape: <1 burstier, >1 more even")
     p.add_argument("--max-concurrency", type=positive_int, default=None,
                    help="requests in flight at most (default: unbounded)")
