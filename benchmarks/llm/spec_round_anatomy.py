@@ -19,6 +19,12 @@ repetitive workload (8 prompts that hold the model's earlier answer) instead:
 - ``burst``: the plain engine with ``decode_burst_ms`` 0 (one engine step per token)
   against the default (a burst of steps per native call), ms per token.
 
+The timers nest (a round, the engine's call inside it, the native call inside that), and
+each one's own cost lands in the split of the one around it: on a Zen 4 prompt lookup's
+"engine rest" and "calls' Python" read 0.06 ms a round together where the engine spends
+0.02 (``lookup_split.py`` times the native calls alone, and the engine's other work as
+what is left of the request).
+
 Writes ``spec_round_anatomy.json`` beside this script (or ``--output``).
 """
 
