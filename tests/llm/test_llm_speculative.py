@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import random
+
 import torch
 from llm_helpers import make_engine
 from test_llm_engine import GREEDY, PROMPTS, alone, run
 
 from turboinfer.llm.engine.sampling_params import SamplingParams
-from turboinfer.llm.engine.speculative import NgramProposer, Proposal, rejection_sample
+from turboinfer.llm.engine.speculative import (
+    NgramProposer,
+    Proposal,
+    TokenIndex,
+    rejection_sample,
+)
 from turboinfer.llm.model.llama import LlamaModel
 
 
@@ -75,6 +82,22 @@ def test_ngram_lookup_proposes_the_continuation() -> None:
     assert proposer._lookup([7, 8, 9, 1, 2, 7, 8], 3) == ([9, 1, 2], 2)
     assert proposer._lookup([3, 8, 9, 1, 2, 7, 8], 3) == ([9, 1, 2], 1)
     assert proposer._lookup([1, 2, 3], 3) == ([], 0)
+
+
+def test_the_token_index_finds_what_the_scan_finds() -> None:
+    """A sequence growing token by token over a small vocabulary (many repeats, matches
+    of every length): the index's answer is the backward scan's at every length."""
+    gen = random.Random(0)
+    for max_ngram in (1, 2, 3, 5):
+        proposer = NgramProposer(max_ngram=max_ngram, num_tokens=6)
+        tokens: list[int] = []
+        index = TokenIndex()
+        for _ in range(400):
+            tokens.append(gen.randrange(6) if gen.random() < 0.7 else gen.randrange(40))
+            assert (proposer._lookup(tokens, 6, index.update(tokens))
+                    == proposer._lookup(tokens, 6))
+    # A sequence that got shorter is indexed again.
+    assert index.update([9, 9]).positions == {9: [0, 1]}
 
 
 def test_rejection_sampling_preserves_target_distribution() -> None:
