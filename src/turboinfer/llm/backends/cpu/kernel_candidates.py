@@ -368,6 +368,41 @@ class NativeF32Kernel(NativeKernel):
         return (self.tiles.data_ptr(), _ptr(self.bias), self.out_features, self.padded)
 
 
+def half_storage(weight: torch.Tensor) -> torch.dtype | None:
+    """``torch.float16`` or ``torch.bfloat16`` where every value of the float ``weight``
+    is exactly a number of that type (a checkpoint stored in half precision and widened
+    at load), fp16 first; None otherwise."""
+    for dtype in (torch.float16, torch.bfloat16):
+        if torch.equal(weight.to(dtype).to(weight.dtype), weight):
+            return dtype
+    return None
+
+
+class NativeHalfKernel(NativeKernel):
+    """``NativeF32Kernel``'s arithmetic on weights kept in 16 bits: each is widened to
+    the fp32 number it is as it is loaded, so the results equal that kernel's bit for bit
+    (its 512-bit passes on an AVX-512 build) while one call reads half the bytes. Built
+    only for weights that are exactly fp16 or bf16 numbers (``half_storage``)."""
+
+    NAMES = {torch.float16: "fp32_native_fp16_weights",
+             torch.bfloat16: "fp32_native_bf16_weights"}
+
+    def __init__(self, lib: NativeLibrary, weight: torch.Tensor, bias: torch.Tensor | None,
+                 dtype: torch.dtype) -> None:
+        tiles, self.padded = f32_tiles(weight.float())
+        half = tiles.to(dtype)
+        if not torch.equal(half.float(), tiles):
+            raise ValueError(f"the weight is not exactly {dtype}: it cannot be kept in 16 bits")
+        self.tiles, self.dtype, self.name = half, dtype, self.NAMES[dtype]
+        self.bias = None if bias is None else bias.float().contiguous()
+        n, k = weight.shape
+        fn = lib.f16_linear if dtype is torch.float16 else lib.bf16_linear
+        super().__init__(fn, n, k, _nbytes(self.tiles, self.bias))
+
+    def _fixed_args(self) -> tuple[object, ...]:
+        return (self.tiles.data_ptr(), _ptr(self.bias), self.out_features, self.padded)
+
+
 def _short(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
 
@@ -387,10 +422,12 @@ def mkl_packing_available() -> bool:
                                                                 "_mkl_reorder_linear_weight")
 
 
-def candidates(mode: QuantMode, *, group_size: int = 32) -> list[Candidate]:
+def candidates(mode: QuantMode, *, group_size: int = 32,
+               half: torch.dtype | None = None) -> list[Candidate]:
     """The kernels this torch build (and the native library, where it compiled) offers
-    for ``mode``, likeliest-fastest first."""
-    return _torch_candidates(mode, group_size) + _native_candidates(mode, group_size)
+    for ``mode``, likeliest-fastest first. ``half``: the weight is exactly of that 16-bit
+    type (``half_storage``), so an fp32 weight may also be kept in it."""
+    return _torch_candidates(mode, group_size) + _native_candidates(mode, group_size, half)
 
 
 def _torch_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
@@ -428,15 +465,19 @@ _NATIVE: dict[QuantMode, tuple[str, Callable[..., Kernel]]] = {
     QuantMode.NONE: (NativeF32Kernel.name, NativeF32Kernel),
 }
 NATIVE_KERNELS = (NativeInt8Kernel.name, NativeAmxInt8Kernel.name, NativeInt4Kernel.name,
-                  NativeQ8Kernel.name, NativeF32Kernel.name)
+                  NativeQ8Kernel.name, NativeF32Kernel.name, *NativeHalfKernel.NAMES.values())
 
 
-def _native_candidates(mode: QuantMode, group_size: int) -> list[Candidate]:
+def _native_candidates(mode: QuantMode, group_size: int,
+                       half: torch.dtype | None = None) -> list[Candidate]:
     lib = native_status().library
     if lib is None or (mode is QuantMode.INT4 and group_size != NATIVE_GROUP):
         return []
     name, kernel = _NATIVE[mode]
     out = [Candidate(name, lambda w, b, r: kernel(lib, w, b))]
+    if mode is QuantMode.NONE and half is not None:
+        out.append(Candidate(NativeHalfKernel.NAMES[half],
+                             lambda w, b, r: NativeHalfKernel(lib, w, b, half)))
     if mode is QuantMode.INT8 and lib.has_amx:
         out.append(Candidate(NativeAmxInt8Kernel.name,
                              lambda w, b, r: NativeAmxInt8Kernel(lib, w, b)))

@@ -35,6 +35,7 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     NativeKernel,
     absent_candidates,
     candidates,
+    half_storage,
     mkl_packing_available,
     supports,
 )
@@ -244,9 +245,9 @@ _DECISIONS: dict[tuple[object, ...], KernelChoice] = {}
 
 
 def _decide(mode: QuantMode, linear: nn.Linear, rows: int, group_size: int,
-            measure: bool) -> KernelChoice:
+            measure: bool, half: torch.dtype | None = None) -> KernelChoice:
     n, k = linear.weight.shape
-    cands = candidates(mode, group_size=group_size)
+    cands = candidates(mode, group_size=group_size, half=half)
     # The candidate set is part of the key: the native kernels may be absent in one
     # load (no compiler) and present in the next.
     key = (mode, n, k, linear.bias is not None, rows, group_size, torch.get_num_threads(),
@@ -275,7 +276,7 @@ def _has_exact_int4(mode: QuantMode, linear: nn.Linear, group_size: int) -> bool
 
 
 def _build(mode: QuantMode, name: str, linear: nn.Linear, rows: int,
-           group_size: int) -> tuple[Kernel, bool]:
+           group_size: int, half: torch.dtype | None = None) -> tuple[Kernel, bool]:
     library = native_status().library
     if (name == NativeInt4Kernel.name and library is not None
             and _has_exact_int4(mode, linear, group_size)):
@@ -284,7 +285,8 @@ def _build(mode: QuantMode, name: str, linear: nn.Linear, rows: int,
                                  getattr(linear, INT4_GROUPS_ATTR))
         exact.move_to_huge_pages()
         return exact, False
-    cand = next(c for c in candidates(mode, group_size=group_size) if c.name == name)
+    cand = next(c for c in candidates(mode, group_size=group_size, half=half)
+                if c.name == name)
     kernel = cand.build(linear.weight.detach().float(), _bias(linear), rows)
     if isinstance(kernel, NativeKernel):
         kernel.move_to_huge_pages()
@@ -346,6 +348,11 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                 # which moves its accuracy, not only its speed.
                 tiers = ((few, many) if not prefill_rows or name in few_rows_only
                          or fmt is not QuantMode.NONE else (few, many, prefill_rows))
+                # An fp32 weight that is exactly fp16 or bf16 (a half-precision
+                # checkpoint) may also run on a native kernel that keeps it in 16 bits.
+                half = (half_storage(child.weight.detach().float())
+                        if fmt is QuantMode.NONE and native_status().library is not None
+                        else None)
                 if _has_exact_int4(fmt, child, group_size):
                     # The file's own int4 groups run on the one kernel that takes them as
                     # they are, at every row count: another candidate would quantize the
@@ -355,15 +362,15 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                                             rows, NativeInt4Kernel.name, {})
                                for rows in tiers]
                 else:
-                    choices = [_decide(fmt, child, rows, group_size, measure)
+                    choices = [_decide(fmt, child, rows, group_size, measure, half)
                                for rows in tiers]
                 for choice in choices:
                     key = (choice.mode, choice.out_features, choice.in_features, choice.rows)
                     used[key] = (choice, used.get(key, (choice, 0))[1] + 1)
                 kernels = [choice.chosen for choice in choices]
-                small, specific = _build(fmt, kernels[0], child, few, group_size)
+                small, specific = _build(fmt, kernels[0], child, few, group_size, half)
                 large = (small if kernels[1] == kernels[0] and not specific
-                         else _build(fmt, kernels[1], child, many, group_size)[0])
+                         else _build(fmt, kernels[1], child, many, group_size, half)[0])
                 prefill = None
                 if len(tiers) == 3 and _worth_a_kernel(choices[2], kernels[1]):
                     built = {kernels[0]: small, kernels[1]: large}
@@ -371,7 +378,7 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                         prefill = built[kernels[2]]
                     elif _weight_bytes(child) <= budget:
                         prefill = _build(fmt, kernels[2], child, prefill_rows,
-                                         group_size)[0]
+                                         group_size, half)[0]
                         budget -= _weight_bytes(child)
                 setattr(parent, name, SelectedLinear(small, large, split, child.in_features,
                                                      child.out_features, prefill=prefill,

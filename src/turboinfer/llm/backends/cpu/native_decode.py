@@ -24,6 +24,7 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     MklPackedKernel,
     NativeAmxInt8Kernel,
     NativeF32Kernel,
+    NativeHalfKernel,
     NativeInt4Kernel,
     NativeInt8Kernel,
     NativeQ8Kernel,
@@ -78,11 +79,16 @@ def native_linear(kernel: object) -> NativeLinear | None:
     if type(kernel) is NativeQ8Kernel:
         return NativeLinear(4, kernel.out_features, kernel.in_features, kernel.in_features,
                        kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
-    if type(kernel) is NativeF32Kernel:
+    if type(kernel) is NativeF32Kernel or type(kernel) is NativeHalfKernel:
         n, k = kernel.out_features, kernel.in_features
         kp = kernel.tiles.numel() // (-(-n // 4) * 4)
-        return NativeLinear(0, n, k, kp, kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
+        kind = 0 if type(kernel) is NativeF32Kernel else HALF_KINDS[kernel.dtype]
+        return NativeLinear(kind, n, k, kp, kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
     return None
+
+
+# decode.c's kinds of the fp32 arithmetic on 16-bit weights.
+HALF_KINDS = {torch.float16: 5, torch.bfloat16: 6}
 
 
 def _native_tier(which: tuple[Linear, nn.Module]) -> NativeLinear | None:

@@ -654,7 +654,8 @@ static int attend_split(const float *q, int64_t rows, int64_t q_stride, int64_t 
 
 /* ---- a whole step of one sequence ----------------------------------------------- */
 
-enum { TI_FP32 = 0, TI_INT8 = 1, TI_INT4 = 2, TI_AMX_INT8 = 3, TI_Q8 = 4 };
+enum { TI_FP32 = 0, TI_INT8 = 1, TI_INT4 = 2, TI_AMX_INT8 = 3, TI_Q8 = 4, TI_F16 = 5,
+       TI_BF16 = 6 };
 
 /* One linear layer on a native kernel (kernel_candidates.py's Native*Kernel). */
 typedef struct {
@@ -681,6 +682,10 @@ static int run_linear(const ti_linear *l, const float *x, int64_t rows, float *y
     case TI_INT4: return ti_par_int4_linear(x, rows, l->k, (const uint8_t *)l->w, l->bias, l->n,
                                             y);
     case TI_Q8: return ti_par_q8_linear(x, rows, l->k, (const int8_t *)l->w, l->bias, l->n, y);
+    case TI_F16: return ti_par_f16_linear(x, rows, l->k, (const uint16_t *)l->w, l->bias, l->n,
+                                          l->kp, y);
+    case TI_BF16: return ti_par_bf16_linear(x, rows, l->k, (const uint16_t *)l->w, l->bias,
+                                            l->n, l->kp, y);
     default: return -2;
     }
 }

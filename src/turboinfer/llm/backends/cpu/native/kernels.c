@@ -1448,3 +1448,175 @@ done:
     free(padded);
     return 0;
 }
+
+/* ---- fp32 arithmetic on 16-bit weights --------------------------------------------- */
+
+/* Weights that are exactly fp16 or bf16 numbers (a checkpoint stored in half precision
+ * and widened at load) kept in 16 bits, in the fp32 kernel's tile layout (``w`` holds
+ * fp16 or bf16 bit patterns where that kernel holds floats). Each weight is widened to
+ * the float it is as it is loaded, and the products and sums are the fp32 kernel's, in
+ * its order: the 512-bit passes where the build has them (a lone row too, as the fp32
+ * one-row tile sums in their order), else the 256-bit tiles of the AVX2 build, else the
+ * plain C loop. Each result then equals the fp32 kernel's on the same weights bit for
+ * bit (the fp32 kernel's 512-bit setting on an AVX-512 build), each row of a several-row
+ * call equals its one-row call, and the weight stream from memory is half as long. */
+#if TI_F32Z
+static inline __m512 h16z_widen(const uint16_t *w, const int bf) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)w);
+    return bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+              : _mm512_cvtph_ps(h);
+}
+
+/* f32z_rows on 16-bit weights (a block of 16 columns of 4 output rows: 128 bytes). */
+static inline __attribute__((always_inline)) void h16z_rows(const uint16_t *w, const float *x,
+                                                            int64_t kp, float *out,
+                                                            int64_t ldo, int64_t ahead,
+                                                            const int R, const int bf) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
+    __m512 a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+    __m512 a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
+    for (int64_t k = 0; k < kp; k += 16, w += 64) {
+        __m512 w0 = h16z_widen(w, bf), w1 = h16z_widen(w + 16, bf),
+               w2 = h16z_widen(w + 32, bf), w3 = h16z_widen(w + 48, bf);
+        __asm__("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3));
+        if (ahead) {
+            const char *p = (const char *)w + ahead;
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p + 64, _MM_HINT_T0);
+        }
+        F32Z_ROW(0) F32Z_ROW(1) F32Z_ROW(2) F32Z_ROW(3) F32Z_ROW(4) F32Z_ROW(5)
+    }
+    F32Z_OUT(0) F32Z_OUT(1) F32Z_OUT(2) F32Z_OUT(3) F32Z_OUT(4) F32Z_OUT(5)
+}
+
+typedef void (*h16z_pass)(const uint16_t *, const float *, int64_t, float *, int64_t, int64_t);
+#define H16Z_PASS(R, BF, NAME)                                                             \
+    static void NAME##_##R(const uint16_t *w, const float *x, int64_t kp, float *out,     \
+                           int64_t ldo, int64_t ahead) {                                   \
+        h16z_rows(w, x, kp, out, ldo, ahead, R, BF);                                       \
+    }
+#define H16Z_PASSES(BF, NAME)                                                              \
+    H16Z_PASS(1, BF, NAME) H16Z_PASS(2, BF, NAME) H16Z_PASS(3, BF, NAME)                   \
+    H16Z_PASS(4, BF, NAME) H16Z_PASS(5, BF, NAME) H16Z_PASS(6, BF, NAME)                   \
+    static const h16z_pass NAME[7] = {NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4,        \
+                                      NAME##_5, NAME##_6};
+H16Z_PASSES(0, f16z_passes)
+H16Z_PASSES(1, bf16z_passes)
+#elif TI_AVX2
+static inline __m256 h16_widen(const uint16_t *w, const int bf) {
+    __m128i h = _mm_loadu_si128((const __m128i *)w);
+    return bf ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+              : _mm256_cvtph_ps(h);
+}
+
+/* R (1-3) rows over one tile in the AVX2 build's fp32 order (f32_tile_1/2/3: one
+ * accumulator per row and output row, each block's two halves added into it in turn). */
+static inline __attribute__((always_inline)) void h16_rows(const uint16_t *w, const float *x,
+                                                           int64_t kp, float *out,
+                                                           int64_t ldo, const int R,
+                                                           const int bf) {
+    __m256 a[3][4];
+    for (int r = 0; r < 3; r++)
+        for (int j = 0; j < 4; j++) a[r][j] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kp; k += 16, w += 64) {
+        for (int h = 0; h < 2; h++) {
+            __m256 xv[3];
+            for (int r = 0; r < R; r++) {
+                xv[r] = _mm256_loadu_ps(x + r * kp + k + 8 * h);
+                F32_KEEP(xv[r]);
+            }
+            for (int j = 0; j < 4; j++) {
+                __m256 wv = h16_widen(w + 16 * j + 8 * h, bf);
+                for (int r = 0; r < R; r++) a[r][j] = _mm256_fmadd_ps(wv, xv[r], a[r][j]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        _mm_storeu_ps(out + r * ldo, hsum4_f32(a[r][0], a[r][1], a[r][2], a[r][3]));
+}
+
+typedef void (*h16_pass)(const uint16_t *, const float *, int64_t, float *, int64_t);
+#define H16_PASS(R, BF, NAME)                                                              \
+    static void NAME##_##R(const uint16_t *w, const float *x, int64_t kp, float *out,     \
+                           int64_t ldo) {                                                  \
+        h16_rows(w, x, kp, out, ldo, R, BF);                                               \
+    }
+#define H16_PASSES(BF, NAME)                                                               \
+    H16_PASS(1, BF, NAME) H16_PASS(2, BF, NAME) H16_PASS(3, BF, NAME)                      \
+    static const h16_pass NAME[4] = {NULL, NAME##_1, NAME##_2, NAME##_3};
+H16_PASSES(0, f16_passes)
+H16_PASSES(1, bf16_passes)
+#else
+static inline float h16_value(uint16_t h, int bf) {
+    if (!bf) return half_to_float(h);
+    uint32_t bits = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+#endif
+
+static int h16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
+                      const float *bias, int64_t n, int64_t kp, float *y, int bf) {
+    float *padded = NULL;
+    if (kp != k) {      /* the activations get the weights' zero padding */
+        size_t bytes = (size_t)(rows * kp) * sizeof(float);
+        padded = (float *)aligned_alloc(64, bytes);
+        if (!padded) return -1;
+        memset(padded, 0, bytes);
+        for (int64_t r = 0; r < rows; r++) memcpy(padded + r * kp, x + r * k, (size_t)k * sizeof(float));
+        x = padded;
+    }
+    float acc[24];      /* a partial last tile's outputs */
+#if TI_F32Z
+    const h16z_pass *passes = bf ? bf16z_passes : f16z_passes;
+    const int64_t ahead = prefetch_bytes[TI_PREFETCH_F32] >= TI_F32Z_AHEAD_MIN
+                              ? prefetch_bytes[TI_PREFETCH_F32] / 2 : 0;
+#elif TI_AVX2
+    const h16_pass *passes = bf ? bf16_passes : f16_passes;
+#endif
+    for (int64_t t = 0; t < n; t += 4) {
+        const uint16_t *wt = w + t * kp;
+        int nb = n - t < 4 ? (int)(n - t) : 4;
+        int64_t ldo = nb == 4 ? n : 4;
+        for (int64_t r = 0; r < rows;) {
+            float *o = nb == 4 ? y + r * n + t : acc;
+#if TI_F32Z
+            int take = f32z_take(rows - r);
+            passes[take](wt, x + r * kp, kp, o, ldo, r == 0 && take >= 4 ? ahead : 0);
+#elif TI_AVX2
+            int64_t left = rows - r;    /* as the fp32 tiles split them */
+            int take = left == 1 ? 1 : (left == 2 || left == 4) ? 2 : 3;
+            passes[take](wt, x + r * kp, kp, o, ldo);
+#else
+            int take = 1;
+            for (int j = 0; j < 4; j++) {
+                float v = 0.0f;
+                for (int64_t c = 0; c < kp; c++)
+                    v += h16_value(wt[(c / 16) * 64 + j * 16 + c % 16], bf) * x[r * kp + c];
+                o[j] = v;
+            }
+#endif
+            if (nb < 4)
+                for (int a = 0; a < take; a++)
+                    for (int j = 0; j < nb; j++) y[(r + a) * n + t + j] = acc[4 * a + j];
+            r += take;
+        }
+    }
+    if (bias)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < n; j++) y[r * n + j] += bias[j];
+    free(padded);
+    return 0;
+}
+
+int ti_f16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
+                  const float *bias, int64_t n, int64_t kp, float *y) {
+    return h16_linear(x, rows, k, w, bias, n, kp, y, 0);
+}
+
+int ti_bf16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
+                   const float *bias, int64_t n, int64_t kp, float *y) {
+    return h16_linear(x, rows, k, w, bias, n, kp, y, 1);
+}

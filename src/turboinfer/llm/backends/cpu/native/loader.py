@@ -64,6 +64,11 @@ class NativeLibrary:
         # (x, rows, k, tiles, bias, n, kp, y)
         self.f32_linear = self._fn("ti_par_f32_linear",
                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
+        # (x, rows, k, 16-bit tiles, bias, n, kp, y): fp32 arithmetic on fp16 / bf16 weights
+        self.f16_linear = self._fn("ti_par_f16_linear",
+                                   [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
+        self.bf16_linear = self._fn("ti_par_bf16_linear",
+                                    [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr])
         self._set_threads = self._fn("ti_set_threads", [ctypes.c_int])
         self._set_solo = self._fn("ti_set_solo", [ctypes.c_int])
         self._solo = False

@@ -16,6 +16,12 @@ int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
 int64_t ti_f32_wide_from(void);
 int ti_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                  const float *bias, int64_t n, float *y);
+/* fp32 arithmetic on weights that are exactly fp16 / bf16 numbers, stored in 16 bits in
+ * the fp32 kernel's layout: its results, bit for bit. */
+int ti_f16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
+                  const float *bias, int64_t n, int64_t kp, float *y);
+int ti_bf16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
+                   const float *bias, int64_t n, int64_t kp, float *y);
 
 /* kernels.c: the int8 kernel's activation quantization (per block of 32, an integer
  * multiplier 1..levels of one scale per row), shared with amx.c. */
@@ -55,6 +61,10 @@ int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                       const float *bias, int64_t n, int64_t kp, float *y);
 int ti_par_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
                      const float *bias, int64_t n, float *y);
+int ti_par_f16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
+                      const float *bias, int64_t n, int64_t kp, float *y);
+int ti_par_bf16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
+                       const float *bias, int64_t n, int64_t kp, float *y);
 int ti_par_paged_decode_attention(const float *q, int64_t batch, int64_t q_stride,
                                   int64_t heads, int64_t kv_heads, int64_t head_dim,
                                   const float *k_cache, const float *v_cache,

@@ -190,7 +190,8 @@ static int parts_for(int64_t units) {
 
 /* ---- linear layers --------------------------------------------------------------- */
 
-enum { KIND_F32 = 0, KIND_INT8 = 1, KIND_INT4 = 2, KIND_AMX_INT8 = 3, KIND_Q8 = 4 };
+enum { KIND_F32 = 0, KIND_INT8 = 1, KIND_INT4 = 2, KIND_AMX_INT8 = 3, KIND_Q8 = 4, KIND_F16 = 5,
+       KIND_BF16 = 6 };
 
 /* Output rows a part's share is a multiple of: a weight tile's (amx.c's blocks hold 16). */
 static int64_t unit_rows(int kind) { return kind == KIND_AMX_INT8 ? 16 : 4; }
@@ -213,6 +214,8 @@ static const void *weights_at(const linear_job *j, int64_t t) {
     case KIND_AMX_INT8: return (const int8_t *)j->w + (t / 16) * (16 * j->kp + 64);
     case KIND_INT4: return (const uint8_t *)j->w + (t / 4) * (j->k / 32) * 80;
     case KIND_Q8: return (const int8_t *)j->w + (t / 4) * (j->k / 32) * 136;
+    case KIND_F16:
+    case KIND_BF16: return (const uint16_t *)j->w + t * j->kp;
     default: return (const float *)j->w + t * j->kp;
     }
 }
@@ -224,6 +227,10 @@ static int call_kernel(const linear_job *j, const void *w, const float *scales,
                                           n, j->kp, y);
     case KIND_INT4: return ti_int4_linear(j->x, j->rows, j->k, (const uint8_t *)w, bias, n, y);
     case KIND_Q8: return ti_q8_linear(j->x, j->rows, j->k, (const int8_t *)w, bias, n, y);
+    case KIND_F16: return ti_f16_linear(j->x, j->rows, j->k, (const uint16_t *)w, bias, n,
+                                        j->kp, y);
+    case KIND_BF16: return ti_bf16_linear(j->x, j->rows, j->k, (const uint16_t *)w, bias, n,
+                                          j->kp, y);
     case KIND_AMX_INT8: return ti_amx_int8_linear(j->x, j->rows, j->k, (const int8_t *)w,
                                                   scales, bias, n, j->kp, y);
     default: return ti_f32_linear(j->x, j->rows, j->k, (const float *)w, bias, n, j->kp, y);
@@ -305,6 +312,20 @@ int ti_par_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
 int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                       const float *bias, int64_t n, int64_t kp, float *y) {
     linear_job j = {.kind = KIND_F32, .x = x, .rows = rows, .k = k, .n = n, .kp = kp, .w = w,
+                    .bias = bias, .y = y};
+    return run_linear_job(&j);
+}
+
+int ti_par_f16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
+                      const float *bias, int64_t n, int64_t kp, float *y) {
+    linear_job j = {.kind = KIND_F16, .x = x, .rows = rows, .k = k, .n = n, .kp = kp, .w = w,
+                    .bias = bias, .y = y};
+    return run_linear_job(&j);
+}
+
+int ti_par_bf16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
+                       const float *bias, int64_t n, int64_t kp, float *y) {
+    linear_job j = {.kind = KIND_BF16, .x = x, .rows = rows, .k = k, .n = n, .kp = kp, .w = w,
                     .bias = bias, .y = y};
     return run_linear_job(&j);
 }
