@@ -28,8 +28,9 @@ TINY = {
 
 
 def save_random_hf_model(folder: Path, arch: str = "llama", seed: int = 0,
-                         **overrides: object) -> Path:
-    """Build a randomly initialised ``transformers`` model and save it as a folder."""
+                         dtype: torch.dtype | None = None, **overrides: object) -> Path:
+    """Build a randomly initialised ``transformers`` model and save it as a folder (in
+    ``dtype`` where given, as a half-precision checkpoint is)."""
     import transformers
 
     classes = {
@@ -46,6 +47,8 @@ def save_random_hf_model(folder: Path, arch: str = "llama", seed: int = 0,
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0, 0.15)
+    if dtype is not None:
+        model.to(dtype)
     model.save_pretrained(folder, safe_serialization=True)
     return folder
 

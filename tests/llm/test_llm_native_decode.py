@@ -273,7 +273,7 @@ def test_fp32_layers_without_a_native_pick_get_their_own(tiny_llama_dir: Path,
     """Picks made among torch kernels only (as a noisy timing may make them): the native
     step still runs, on native kernels built from the layers' fp32 weights."""
     monkeypatch.undo()
-    monkeypatch.setattr(kernel_candidates, "_native_candidates", lambda mode, group: [])
+    monkeypatch.setattr(kernel_candidates, "_native_candidates", lambda *args: [])
     model = _native_model(tiny_llama_dir, QuantMode.NONE)
     monkeypatch.undo()
     decoder = NativeDecoder.build(model, model.allocate_kv_cache(8, 4))
@@ -286,6 +286,59 @@ def test_fp32_layers_without_a_native_pick_get_their_own(tiny_llama_dir: Path,
     assert native.decode_path() == "native" and lean.decode_path() == "lean"
     assert native_ids == lean_ids
     torch.testing.assert_close(native_logits[-1], lean_logits[-1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module", params=[torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def half_llama_dir(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from llm_helpers import save_random_hf_model
+
+    return save_random_hf_model(tmp_path_factory.mktemp("half_llama"), seed=5,
+                                dtype=request.param)
+
+
+def test_a_half_precision_checkpoint_decodes_on_16_bit_weights_to_the_fp32_bits(
+        half_llama_dir: Path, native_only: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint saved in bf16 or fp16 is widened to fp32 at load; its layers' weights
+    are exactly 16-bit numbers, so the native step keeps them in 16 bits (the candidate
+    is measured beside the fp32 kernel; where the picks hold no native kernel the step
+    builds its own in 16 bits) and decodes to the fp32 kernels' logits bit for bit."""
+    library = native_status().library
+    assert library is not None
+    before = library.set_prefetch(-1, "f32")
+    prompt, table = [3, 9, 27, 81, 5], list(range(8))
+    try:
+        if library.f32_wide:     # the fp32 kernel's several rows in the half kernel's order
+            library.set_prefetch(library.f32_wide_from, "f32")
+        model = load_model(half_llama_dir)
+        choices = select_kernels(model, QuantMode.NONE)
+        half = {"fp32_native_bf16_weights", "fp32_native_fp16_weights"}
+        assert all(half & set(c.timings_ms) for c in choices if c.rows == 1)
+        runs = {}
+        monkeypatch.undo()      # the picks among torch's kernels only
+        monkeypatch.setattr(kernel_candidates, "_native_candidates", lambda *args: [])
+        for name, keep_half in (("half", True), ("fp32", False)):
+            model = load_model(half_llama_dir)
+            select_kernels(model, QuantMode.NONE)
+            if not keep_half:
+                monkeypatch.setattr("turboinfer.llm.backends.cpu.native_decode.half_storage",
+                                    lambda weight: None)
+            decoder = NativeDecoder.build(model, model.allocate_kv_cache(8, 4),
+                                          pick_prefetch=False)
+            assert decoder is not None and len(decoder.own_kernels) == 4 * len(model.layers)
+            kinds = {lin.kind for layer in decoder.layers
+                     for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)}
+            # decode.c's kinds: 0 fp32, 5 and 6 fp32 arithmetic on fp16 / bf16 weights
+            assert (len(kinds) == 1 and kinds <= {5, 6}) if keep_half else kinds == {0}
+            decoder.forward(prompt, 0, table, 1)
+            rows = decoder.forward([7, 8, 9], len(prompt), table, 3)
+            ones = torch.cat([decoder.forward([t], len(prompt) + i, table, 1)
+                              for i, t in enumerate([7, 8, 9])])
+            assert torch.equal(rows, ones)
+            runs[name] = rows
+        assert torch.equal(runs["half"], runs["fp32"])
+    finally:
+        library.set_prefetch(before, "f32")
 
 
 def test_several_rows_give_the_one_row_bits_at_every_fp32_setting(

@@ -16,11 +16,13 @@ from torch import nn
 from turboinfer.llm.backends.cpu import kernel_candidates
 from turboinfer.llm.backends.cpu.kernel_candidates import (
     NativeF32Kernel,
+    NativeHalfKernel,
     NativeInt4Kernel,
     NativeInt8Kernel,
     NativeQ8Kernel,
     absent_candidates,
     candidates,
+    half_storage,
 )
 from turboinfer.llm.backends.cpu.kernels import SelectedLinear, select_kernels
 from turboinfer.llm.backends.cpu.native import NativeLibrary, build_library, native_status
@@ -419,6 +421,65 @@ def test_kernels_take_strided_and_zero_inputs(library: NativeLibrary) -> None:
                    NativeInt4Kernel(library, linear.weight, linear.bias)):
         assert _rel(kernel(x), linear(x)) < 0.15, kernel.name
         torch.testing.assert_close(kernel(zeros), linear.bias.expand(2, -1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_weight_kernel_gives_the_fp32_kernels_bits(library: NativeLibrary,
+                                                        dtype: torch.dtype) -> None:
+    """Weights that are exactly fp16 / bf16 numbers, kept in 16 bits: every row count's
+    result is the fp32 kernel's on the same weights bit for bit (its 512-bit setting on
+    an AVX-512 build, which is what that build measures), each row of a several-row call
+    its one-row call, at half the bytes read."""
+    torch.manual_seed(21)
+    before = library.set_prefetch(-1, "f32")
+    try:
+        if library.f32_wide:
+            library.set_prefetch(library.f32_wide_from, "f32")
+        for out_features, in_features in ((41, 528), (64, 256), (7, 9)):
+            weight = (torch.randn(out_features, in_features) * in_features ** -0.5).to(dtype)
+            bias = torch.randn(out_features)
+            wide = NativeF32Kernel(library, weight.float(), bias)
+            half = NativeHalfKernel(library, weight.float(), bias, dtype)
+            assert half.name == NativeHalfKernel.NAMES[dtype]
+            assert half.read_bytes == wide.read_bytes - half.tiles.numel() * 2
+            for rows in (*range(1, 14), 17):
+                x = torch.randn(rows, in_features)
+                got = half(x)
+                assert torch.equal(got, wide(x)), (out_features, rows)
+                single = torch.cat([half(x[r:r + 1]) for r in range(rows)])
+                assert torch.equal(got, single), (out_features, rows)
+                torch.testing.assert_close(got, F.linear(x, weight.float(), bias),
+                                           atol=1e-5, rtol=1e-5)
+    finally:
+        library.set_prefetch(before, "f32")
+
+
+def test_half_weight_kernel_of_the_avx2_build(haswell: NativeLibrary) -> None:
+    """The AVX2 build's 256-bit tiles on 16-bit weights: the AVX2 fp32 kernel's bits."""
+    torch.manual_seed(22)
+    for dtype in (torch.float16, torch.bfloat16):
+        weight = (torch.randn(41, 528) * 528 ** -0.5).to(dtype).float()
+        f32, half = NativeF32Kernel(haswell, weight, None), NativeHalfKernel(haswell, weight,
+                                                                            None, dtype)
+        for rows in range(1, 10):
+            x = torch.randn(rows, 528)
+            assert torch.equal(half(x), f32(x)), (dtype, rows)
+
+
+def test_only_weights_exact_in_16_bits_are_kept_in_them(library: NativeLibrary) -> None:
+    torch.manual_seed(23)
+    weight = torch.randn(8, 32)
+    assert half_storage(weight) is None
+    assert half_storage(weight.half().float()) is torch.float16
+    # bf16 numbers past fp16's range (or below its precision) are not fp16 numbers
+    assert half_storage((weight * 1e6).bfloat16().float()) is torch.bfloat16
+    with pytest.raises(ValueError, match="not exactly torch.float16"):
+        NativeHalfKernel(library, weight, None, torch.float16)
+    names = {c.name for c in candidates(QuantMode.NONE, half=torch.bfloat16)}
+    assert "fp32_native_bf16_weights" in names and "fp32_native" in names
+    assert not {n for n in {c.name for c in candidates(QuantMode.NONE)} if "weights" in n}
+    assert not {n for n in {c.name for c in candidates(QuantMode.INT8, half=torch.float16)}
+                if "weights" in n}
 
 
 def test_native_kernels_are_measured_candidates() -> None:

@@ -30,6 +30,7 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     NativeQ8Kernel,
     OneDnnKernel,
     TransposedKernel,
+    half_storage,
 )
 from turboinfer.llm.backends.cpu.native import NativeLibrary, native_status
 from turboinfer.llm.backends.cpu.prefetch import F32Linear, PrefetchChoice, choose_f32_prefetch
@@ -119,6 +120,17 @@ def _float_weight(which: tuple[Linear, nn.Module]) -> tuple[torch.Tensor,
     return None
 
 
+def _own_kernel(lib: NativeLibrary, weight: torch.Tensor, bias: torch.Tensor | None,
+                budget: float) -> NativeF32Kernel | NativeHalfKernel | None:
+    """A native kernel for an fp32 layer whose picks hold none: in 16 bits where the
+    weight is exactly fp16 or bf16 (the same results), within ``budget`` bytes."""
+    half = half_storage(weight)
+    if weight.numel() * (4 if half is None else 2) > budget:
+        return None
+    return NativeF32Kernel(lib, weight, bias) if half is None else NativeHalfKernel(
+        lib, weight, bias, half)
+
+
 class NativeDecoder:
     """Steps of one sequence, a few new tokens each, as one call into ``decode.c``.
 
@@ -133,7 +145,8 @@ class NativeDecoder:
     """
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, lib: NativeLibrary,
-                 layers: list[NativeLayer], own: list[NativeF32Kernel]) -> None:
+                 layers: list[NativeLayer],
+                 own: list[NativeF32Kernel | NativeHalfKernel]) -> None:
         self.model, self.kv_cache, self.lib = model, kv_cache, lib
         self.own_kernels = own          # kernels the structures point into
         self.block_size = kv_cache.block_size
@@ -195,10 +208,10 @@ class NativeDecoder:
             for which in (plan.qkv, plan.o, plan.gate_up, plan.down):
                 lin = _native_tier(which)
                 found = _float_weight(which) if lin is None else None
-                if found is not None and found[0].numel() * 4 <= budget:
-                    own.append(NativeF32Kernel(lib, *found))
+                if found is not None and (kernel := _own_kernel(lib, *found, budget)):
+                    own.append(kernel)
                     own[-1].move_to_huge_pages()
-                    budget -= found[0].numel() * 4
+                    budget -= kernel.read_bytes
                     lin = native_linear(own[-1])
                 if lin is None:
                     return None

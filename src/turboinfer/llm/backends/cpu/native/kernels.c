@@ -1467,11 +1467,13 @@ static inline __m512 h16z_widen(const uint16_t *w, const int bf) {
               : _mm512_cvtph_ps(h);
 }
 
-/* f32z_rows on 16-bit weights (a block of 16 columns of 4 output rows: 128 bytes). */
+/* f32z_rows on 16-bit weights (a block of 16 columns of 4 output rows: 128 bytes),
+ * without its fetch ahead: with the stream halved the passes wait on their FMAs, and
+ * fetching 2-16 KiB ahead changed no row count's time (demo model, Zen 4, 1-7 rows). */
 static inline __attribute__((always_inline)) void h16z_rows(const uint16_t *w, const float *x,
                                                             int64_t kp, float *out,
-                                                            int64_t ldo, int64_t ahead,
-                                                            const int R, const int bf) {
+                                                            int64_t ldo, const int R,
+                                                            const int bf) {
     const __m512 z = _mm512_setzero_ps();
     __m512 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
     __m512 a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
@@ -1480,26 +1482,21 @@ static inline __attribute__((always_inline)) void h16z_rows(const uint16_t *w, c
         __m512 w0 = h16z_widen(w, bf), w1 = h16z_widen(w + 16, bf),
                w2 = h16z_widen(w + 32, bf), w3 = h16z_widen(w + 48, bf);
         __asm__("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3));
-        if (ahead) {
-            const char *p = (const char *)w + ahead;
-            _mm_prefetch(p, _MM_HINT_T0);
-            _mm_prefetch(p + 64, _MM_HINT_T0);
-        }
         F32Z_ROW(0) F32Z_ROW(1) F32Z_ROW(2) F32Z_ROW(3) F32Z_ROW(4) F32Z_ROW(5)
     }
     F32Z_OUT(0) F32Z_OUT(1) F32Z_OUT(2) F32Z_OUT(3) F32Z_OUT(4) F32Z_OUT(5)
 }
 
-typedef void (*h16z_pass)(const uint16_t *, const float *, int64_t, float *, int64_t, int64_t);
+typedef void (*h16_pass)(const uint16_t *, const float *, int64_t, float *, int64_t);
 #define H16Z_PASS(R, BF, NAME)                                                             \
     static void NAME##_##R(const uint16_t *w, const float *x, int64_t kp, float *out,     \
-                           int64_t ldo, int64_t ahead) {                                   \
-        h16z_rows(w, x, kp, out, ldo, ahead, R, BF);                                       \
+                           int64_t ldo) {                                                  \
+        h16z_rows(w, x, kp, out, ldo, R, BF);                                              \
     }
 #define H16Z_PASSES(BF, NAME)                                                              \
     H16Z_PASS(1, BF, NAME) H16Z_PASS(2, BF, NAME) H16Z_PASS(3, BF, NAME)                   \
     H16Z_PASS(4, BF, NAME) H16Z_PASS(5, BF, NAME) H16Z_PASS(6, BF, NAME)                   \
-    static const h16z_pass NAME[7] = {NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4,        \
+    static const h16_pass NAME[7] = {NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4,        \
                                       NAME##_5, NAME##_6};
 H16Z_PASSES(0, f16z_passes)
 H16Z_PASSES(1, bf16z_passes)
@@ -1570,9 +1567,7 @@ static int h16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w
     }
     float acc[24];      /* a partial last tile's outputs */
 #if TI_F32Z
-    const h16z_pass *passes = bf ? bf16z_passes : f16z_passes;
-    const int64_t ahead = prefetch_bytes[TI_PREFETCH_F32] >= TI_F32Z_AHEAD_MIN
-                              ? prefetch_bytes[TI_PREFETCH_F32] / 2 : 0;
+    const h16_pass *passes = bf ? bf16z_passes : f16z_passes;
 #elif TI_AVX2
     const h16_pass *passes = bf ? bf16_passes : f16_passes;
 #endif
@@ -1584,7 +1579,7 @@ static int h16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w
             float *o = nb == 4 ? y + r * n + t : acc;
 #if TI_F32Z
             int take = f32z_take(rows - r);
-            passes[take](wt, x + r * kp, kp, o, ldo, r == 0 && take >= 4 ? ahead : 0);
+            passes[take](wt, x + r * kp, kp, o, ldo);
 #elif TI_AVX2
             int64_t left = rows - r;    /* as the fp32 tiles split them */
             int take = left == 1 ? 1 : (left == 2 || left == 4) ? 2 : 3;
