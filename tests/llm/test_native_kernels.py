@@ -473,7 +473,7 @@ def test_only_weights_exact_in_16_bits_are_kept_in_them(library: NativeLibrary) 
     assert half_storage(weight.half().float()) is torch.float16
     # bf16 numbers past fp16's range (or below its precision) are not fp16 numbers
     assert half_storage((weight * 1e6).bfloat16().float()) is torch.bfloat16
-    with pytest.raises(ValueError, match="not exactly torch.float16"):
+    with pytest.raises(ValueError, match=r"not exactly torch\.float16"):
         NativeHalfKernel(library, weight, None, torch.float16)
     names = {c.name for c in candidates(QuantMode.NONE, half=torch.bfloat16)}
     assert "fp32_native_bf16_weights" in names and "fp32_native" in names

@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -384,8 +385,8 @@ class NativeHalfKernel(NativeKernel):
     (its 512-bit passes on an AVX-512 build) while one call reads half the bytes. Built
     only for weights that are exactly fp16 or bf16 numbers (``half_storage``)."""
 
-    NAMES = {torch.float16: "fp32_native_fp16_weights",
-             torch.bfloat16: "fp32_native_bf16_weights"}
+    NAMES: ClassVar[dict[torch.dtype, str]] = {torch.float16: "fp32_native_fp16_weights",
+                                                torch.bfloat16: "fp32_native_bf16_weights"}
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor, bias: torch.Tensor | None,
                  dtype: torch.dtype) -> None:

@@ -83,7 +83,7 @@ def native_linear(kernel: object) -> NativeLinear | None:
     if type(kernel) is NativeF32Kernel or type(kernel) is NativeHalfKernel:
         n, k = kernel.out_features, kernel.in_features
         kp = kernel.tiles.numel() // (-(-n // 4) * 4)
-        kind = 0 if type(kernel) is NativeF32Kernel else HALF_KINDS[kernel.dtype]
+        kind = HALF_KINDS[kernel.dtype] if isinstance(kernel, NativeHalfKernel) else 0
         return NativeLinear(kind, n, k, kp, kernel.tiles.data_ptr(), None, _ptr(kernel.bias))
     return None
 
