@@ -12,8 +12,8 @@ then runs in fp32 as before) and ``half`` as the engine loads it now; per round 
 engine decodes ``--gen-len`` greedy tokens of the same prompts, the order alternating,
 and the record is each engine's median tokens per second (wall and CPU), the median of
 the per-round ratios with their range, whether the tokens are identical, which kernels
-the one-row step runs and the weight bytes a decode step reads. Writes ``--output``
-beside this script.
+the one-row step runs, the weight bytes a decode step reads and those the kernels hold.
+Writes ``--output`` beside this script.
 """
 
 from __future__ import annotations
@@ -98,6 +98,14 @@ def one_row_kernels(llm: LLM) -> dict[str, int]:
                         if isinstance(m, SelectedLinear)))
 
 
+def kernel_bytes(llm: LLM) -> int:
+    """The weight bytes the linear layers' kernels hold (each distinct kernel once: a
+    layer may keep one for a row, one for many and one for prompt chunks)."""
+    held = {id(k): k for m in llm.engine.model.modules() if isinstance(m, SelectedLinear)
+            for k in (m.small, m.large, m.prefill)}
+    return sum(k.read_bytes for k in held.values())
+
+
 def decode(llm: LLM, gen_len: int) -> tuple[float, float, list[list[int]]]:
     params = SamplingParams(max_tokens=gen_len, temperature=0, ignore_eos=True)
     cpu, wall = time.process_time(), time.perf_counter()
@@ -126,7 +134,8 @@ def compare(folder: Path, threads: int, args: argparse.Namespace) -> dict[str, A
             "decode_path": {n: llm.engine.runner.decode_path() for n, llm in llms.items()},
             "one_row_kernels": {n: one_row_kernels(llm) for n, llm in llms.items()},
             "weight_bytes_per_token": {n: read_bytes_per_token(llm.engine.model)
-                                       for n, llm in llms.items()}}
+                                       for n, llm in llms.items()},
+            "kernel_bytes_held": {n: kernel_bytes(llm) for n, llm in llms.items()}}
 
 
 def main() -> None:
