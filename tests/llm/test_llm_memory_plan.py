@@ -59,6 +59,23 @@ def test_a_tied_head_is_counted_once(tiny_model: LlamaModel) -> None:
     assert module_bytes(model) == 10 * 4 * 4
 
 
+def test_the_weights_the_measured_kernels_hold_are_counted(tiny_llm_dir: Path) -> None:
+    """A linear layer swapped for its measured kernels holds its weights outside its
+    parameters: the plan counts the kernels' bytes, not only the embedding and norms."""
+    from turboinfer.llm.backends.cpu.kernels import SelectedLinear
+
+    llm = LLM(tiny_llm_dir, config=EngineConfig(num_blocks=4, block_size=4))
+    model = llm.engine.model
+    swapped = [m for m in model.modules() if isinstance(m, SelectedLinear)]
+    assert swapped
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    held = sum(m.held_bytes() for m in swapped)
+    # at least one float32 copy of every linear layer's weight (bias-free layers)
+    assert held >= sum(m.in_features * m.out_features * 4 for m in swapped)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())    # rotary tables
+    assert llm.engine.memory_plan.weights_bytes == module_bytes(model) == params + buffers + held
+
+
 def test_the_engine_runs_on_its_plan_and_refuses_a_prompt_past_it(tiny_llm_dir: Path) -> None:
     llm = LLM(tiny_llm_dir, config=EngineConfig(num_blocks=4, block_size=4))
     assert llm.engine.memory_plan.max_tokens == 16 == llm.engine.max_seq_len

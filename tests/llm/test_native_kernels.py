@@ -482,6 +482,20 @@ def test_only_weights_exact_in_16_bits_are_kept_in_them(library: NativeLibrary) 
                 if "weights" in n}
 
 
+def test_llm_bench_says_which_layers_keep_16_bit_weights() -> None:
+    from turboinfer.commands.llm import _sixteen_bit
+    from turboinfer.llm.backends.cpu.kernels import KernelChoice
+
+    def choice(rows: int, chosen: str, layers: int) -> KernelChoice:
+        return KernelChoice("none", 8, 8, rows, chosen, {}, layers=layers)
+
+    assert _sixteen_bit([choice(1, "fp32_native", 6), choice(16, "fp32_native", 6)]) == ""
+    line = _sixteen_bit([choice(1, "fp32_native_bf16_weights", 12),
+                         choice(1, "fp32_native", 6),
+                         choice(16, "fp32_native_bf16_weights", 18)])
+    assert line == "; 12 of 18 layers kept in 16 bits (bfloat16), fp32 arithmetic"
+
+
 def test_native_kernels_are_measured_candidates() -> None:
     for mode, name in [(QuantMode.NONE, "fp32_native"), (QuantMode.INT8, "int8_native"),
                        (QuantMode.INT4, "int4_native")]:

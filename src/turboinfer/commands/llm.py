@@ -271,7 +271,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"tokens proposed per round: by measured round cost (k=0..{spec.max_k}: "
               f"{costs} ms) and counted agreement; rounds {used or 'none yet'}")
     kind = llm.config.dtype if llm.config.quant.value == "none" else llm.config.quant.value
-    print(f"weights: {kind} ({llm.quant_source})")
+    print(f"weights: {kind} ({llm.quant_source}){_sixteen_bit(llm.kernel_choices)}")
     print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
           f"({llm.config.dtype})")
     plan = llm.engine.memory_plan
@@ -284,3 +284,19 @@ def _bench(args: argparse.Namespace) -> int:
               f"per token, limit {roof.roofline_tokens_per_s:.1f} tokens/s, achieved "
               f"{roof.achieved_tokens_per_s:.1f} ({100 * roof.fraction:.0f}%)")
     return 0
+
+
+def _sixteen_bit(choices: list[Any]) -> str:
+    """How many layers' one-row kernel keeps its weights in 16 bits (fp32 arithmetic on
+    a half-precision checkpoint's numbers); empty where none does."""
+    from turboinfer.llm.backends.cpu.kernel_candidates import NativeHalfKernel
+
+    types = {name: str(dtype).removeprefix("torch.")
+             for dtype, name in NativeHalfKernel.NAMES.items()}
+    ones = [c for c in choices if c.rows == 1]
+    kept = {types[c.chosen] for c in ones if c.chosen in types}
+    layers = sum(c.layers for c in ones if c.chosen in types)
+    if not layers:
+        return ""
+    return (f"; {layers} of {sum(c.layers for c in ones)} layers kept in 16 bits "
+            f"({', '.join(sorted(kept))}), fp32 arithmetic")

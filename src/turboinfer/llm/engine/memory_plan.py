@@ -39,7 +39,9 @@ class MemoryPlan:
 
 def module_bytes(model: nn.Module) -> int:
     """Bytes of a module's parameters and buffers, each storage counted once (a tied LM
-    head shares the embedding's)."""
+    head shares the embedding's), and of the weights its measured linear kernels hold
+    (a layer swapped for its kernels, ``backends/cpu/kernels.py``, keeps them outside
+    its parameters: ``held_bytes``)."""
     seen: set[int] = set()
     total = 0
     for tensor in [*model.parameters(), *model.buffers()]:
@@ -48,7 +50,8 @@ def module_bytes(model: nn.Module) -> int:
             continue
         seen.add(key)
         total += tensor.untyped_storage().nbytes()
-    return total
+    held = (getattr(m, "held_bytes", None) for m in model.modules())
+    return total + sum(h() for h in held if callable(h))
 
 
 def kv_block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:

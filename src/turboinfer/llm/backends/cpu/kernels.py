@@ -235,6 +235,12 @@ class SelectedLinear(nn.Module):
             return self.small
         return self.large if rows <= self.prefill_split else self.prefill
 
+    def held_bytes(self) -> int:
+        """The weight bytes its kernels hold, each distinct kernel once, as each reads
+        them (a packed copy's padding not counted)."""
+        kernels = {id(k): k for k in (self.small, self.large, self.prefill)}
+        return sum(k.read_bytes for k in kernels.values())
+
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, small={self.small.name}, "
                 f"large={self.large.name}, prefill={self.prefill.name}, "
