@@ -1369,18 +1369,26 @@ int64_t ti_f32_wide_from(void) {
 #endif
 }
 
+/* Where kp > k, *x's rows copied to *padded (allocated here, the caller frees it) with the
+ * weights' zero padding, and *x pointed at them: kp is a multiple of 16, so every row
+ * starts on a cache line. -1 without memory. */
+static int pad_rows(const float **x, int64_t rows, int64_t k, int64_t kp, float **padded) {
+    *padded = NULL;
+    if (kp == k) return 0;
+    size_t bytes = (size_t)(rows * kp) * sizeof(float);
+    *padded = (float *)aligned_alloc(64, bytes);
+    if (!*padded) return -1;
+    memset(*padded, 0, bytes);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(*padded + r * kp, *x + r * k, (size_t)k * sizeof(float));
+    *x = *padded;
+    return 0;
+}
+
 int ti_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
                   const float *bias, int64_t n, int64_t kp, float *y) {
-    float *padded = NULL;
-    if (kp != k) {      /* the activations get the weights' zero padding */
-        /* kp is a multiple of 16: on a cache line, every row is */
-        size_t bytes = (size_t)(rows * kp) * sizeof(float);
-        padded = (float *)aligned_alloc(64, bytes);
-        if (!padded) return -1;
-        memset(padded, 0, bytes);
-        for (int64_t r = 0; r < rows; r++) memcpy(padded + r * kp, x + r * k, (size_t)k * sizeof(float));
-        x = padded;
-    }
+    float *padded;
+    if (pad_rows(&x, rows, k, kp, &padded)) return -1;
 #if TI_F32Z
     /* The f32 setting, measured at load, picks the passes of several rows: from
      * TI_F32Z_AHEAD_MIN up the 512-bit ones, fetching that many bytes ahead; below it
@@ -1513,12 +1521,12 @@ static inline __attribute__((always_inline)) void h16_rows(const uint16_t *w, co
                                                            int64_t kp, float *out,
                                                            int64_t ldo, const int R,
                                                            const int bf) {
-    __m256 a[3][4];
-    for (int r = 0; r < 3; r++)
+    __m256 a[2][4];
+    for (int r = 0; r < 2; r++)
         for (int j = 0; j < 4; j++) a[r][j] = _mm256_setzero_ps();
     for (int64_t k = 0; k < kp; k += 16, w += 64) {
         for (int h = 0; h < 2; h++) {
-            __m256 xv[3];
+            __m256 xv[2];
             for (int r = 0; r < R; r++) {
                 xv[r] = _mm256_loadu_ps(x + r * kp + k + 8 * h);
                 F32_KEEP(xv[r]);
@@ -1614,15 +1622,8 @@ static inline float h16_value(uint16_t h, int bf) {
 
 static int h16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
                       const float *bias, int64_t n, int64_t kp, float *y, int bf) {
-    float *padded = NULL;
-    if (kp != k) {      /* the activations get the weights' zero padding */
-        size_t bytes = (size_t)(rows * kp) * sizeof(float);
-        padded = (float *)aligned_alloc(64, bytes);
-        if (!padded) return -1;
-        memset(padded, 0, bytes);
-        for (int64_t r = 0; r < rows; r++) memcpy(padded + r * kp, x + r * k, (size_t)k * sizeof(float));
-        x = padded;
-    }
+    float *padded;
+    if (pad_rows(&x, rows, k, kp, &padded)) return -1;
     float acc[24];      /* a partial last tile's outputs */
 #if TI_F32Z
     const h16_pass *passes = bf ? bf16z_passes : f16z_passes;
@@ -1644,6 +1645,7 @@ static int h16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w
             passes[take](wt, x + r * kp, kp, o, ldo);
 #else
             int take = 1;
+            (void)ldo;      /* one row at a time: o[j] */
             for (int j = 0; j < 4; j++) {
                 float v = 0.0f;
                 for (int64_t c = 0; c < kp; c++)
