@@ -69,3 +69,24 @@ def test_weights_not_matching_config(tmp_path: Path, tiny_llama_dir: Path) -> No
     (tmp_path / "model.safetensors").symlink_to(tiny_llama_dir / "model.safetensors")
     with pytest.raises(ModelLoadError, match=r"weights missing layers\.2"):
         load_model(tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_model_is_loaded_from_the_files_tensors_as_they_are(tmp_path: Path,
+                                                              dtype: torch.dtype) -> None:
+    """Built without storage and given the file's tensors: every weight is the file's
+    (widened to float32), the tied LM head is the embedding itself, the rotary tables and
+    the counters are real tensors, and nothing is left on the meta device."""
+    from safetensors.torch import load_file
+
+    folder = save_random_hf_model(tmp_path, dtype=dtype, tie_word_embeddings=True)
+    model = load_model(folder)
+    assert model.lm_head.weight is model.embed_tokens.weight
+    tensors = [*model.parameters(), *model.buffers()]
+    assert all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+    file = load_file(str(folder / "model.safetensors"))
+    embed = file["model.embed_tokens.weight"].float()
+    assert torch.equal(model.embed_tokens.weight, embed)
+    down = file["model.layers.1.mlp.down_proj.weight"].float()
+    assert torch.equal(model.layers[1].mlp.down_proj.weight, down)
+    assert torch.isfinite(model.rope.cos).all() and model.rope.cos.abs().max() <= 1

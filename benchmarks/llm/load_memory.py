@@ -1,0 +1,111 @@
+"""Loading a half-precision checkpoint: seconds and peak memory of ``load_model``, this
+checkout against a git revision, side by side.
+
+    python benchmarks/llm/load_memory.py [--baseline REV] [--rounds 2]
+        [--output load_memory.json]
+
+The checkpoint is a random-weight Llama of the Llama-3.2-1B shape (16 layers of 2048, 32
+heads, 8 key-value heads, vocabulary 128,256, tied embeddings) saved in bf16 by
+``transformers`` (2.5 GB), built once under /tmp. Each measurement is a fresh process that
+imports the loader of one checkout (``--baseline`` checked out into a temporary
+worktree) and loads the folder to float32 weights; the record is its wall time and the
+process's peak resident set (``ru_maxrss``: the checkpoint's file pages the loader
+touched count in it, though the kernel can drop them). The checkouts alternate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+from native_kernels import machine  # noqa: E402
+
+FOLDER = Path("/tmp/turboinfer-load-memory/llama-1b-bf16")
+
+MEASURE = """
+import json, resource, sys, time
+start = time.perf_counter()
+from turboinfer.llm.model.loader import load_model
+model = load_model(sys.argv[1])
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds,
+                  "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                  "parameters": sum(p.numel() for p in model.parameters())}))
+"""
+
+
+def checkpoint() -> Path:
+    if (FOLDER / "model.safetensors").exists():
+        return FOLDER
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+        max_position_embeddings=2048, tie_word_embeddings=True, rope_theta=500000.0)
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    model = model.to_empty(device="cpu").to(torch.bfloat16)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.02)
+    model.save_pretrained(FOLDER, safe_serialization=True)
+    return FOLDER
+
+
+def measure(src: Path, folder: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(folder)], env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", help="a git revision to load with beside this checkout")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--output", default="load_memory.json")
+    args = parser.parse_args()
+    folder = checkpoint()
+    sources = {"this checkout": ROOT / "src"}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.baseline:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
+                            f"{tmp}/base", args.baseline], check=True)
+            sources[f"@{args.baseline}"] = Path(tmp) / "base" / "src"
+        try:
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sources}
+            for r in range(args.rounds):
+                for name in (list(sources) if r % 2 == 0 else list(sources)[::-1]):
+                    runs[name].append(measure(sources[name], folder))
+                    print(name, runs[name][-1], flush=True)
+        finally:
+            if args.baseline:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                f"{tmp}/base"], check=True)
+    summary = {name: {"seconds": statistics.median(r["seconds"] for r in rs),
+                      "peak_rss_gib": statistics.median(r["peak_rss_gib"] for r in rs),
+                      "parameters": rs[0]["parameters"]} for name, rs in runs.items()}
+    record = {"machine": machine(), "command": " ".join(sys.argv),
+              "checkpoint": "random Llama-3.2-1B shape, bf16, 2.5 GB (transformers)",
+              "summary": summary, "runs": runs}
+    (HERE / args.output).write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
