@@ -289,7 +289,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _sixteen_bit(choices: list[Any]) -> str:
     """How many layers' one-row kernel keeps its weights in 16 bits (fp32 arithmetic on
     a half-precision checkpoint's numbers); empty where none does."""
-    from turboinfer.llm.backends.cpu.kernel_candidates import NativeHalfKernel
+    from turboinfer.llm.backends.cpu.kernel_candidates import NativeHalfKernel  # why: torch
 
     types = {name: str(dtype).removeprefix("torch.")
              for dtype, name in NativeHalfKernel.NAMES.items()}
