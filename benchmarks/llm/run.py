@@ -160,15 +160,19 @@ def speculative(args: argparse.Namespace) -> dict[str, object]:
     per-round ratios, per CPU second and per wall second.
 
     ``draft`` (the demo draft) and ``ngram`` (prompt lookup) run on the demo prompts and
-    on the repetitive workload (``regenerate_prompts``)."""
+    on the repetitive workload (``regenerate_prompts``); with ``--model`` another model
+    takes the demo's place, prompt lookup only (the demo draft speaks the demo's
+    vocabulary), its repetitive workload built from its own answers."""
     # The thread count asked for (else the engine would pick one by measurement).
-    plain = warm(LLM(config=EngineConfig(num_threads=args.threads)))
-    variants = {"draft": warm(LLM(draft=demo_model_dir("draft"),
-                                  config=EngineConfig(num_speculative_tokens=args.k,
-                                                      num_threads=args.threads))),
-                "ngram": warm(LLM(ngram=args.ngram, config=EngineConfig(
-                    num_speculative_tokens=args.ngram_k, num_threads=args.threads)))}
-    if args.compare_fixed:
+    plain = warm(LLM(args.model, config=EngineConfig(num_threads=args.threads)))
+    variants = {"ngram": warm(LLM(args.model, ngram=args.ngram, config=EngineConfig(
+        num_speculative_tokens=args.ngram_k, num_threads=args.threads)))}
+    if args.model is None:      # the demo draft speaks the demo model's vocabulary
+        variants = {"draft": warm(LLM(draft=demo_model_dir("draft"),
+                                      config=EngineConfig(num_speculative_tokens=args.k,
+                                                          num_threads=args.threads))),
+                    **variants}
+    if args.compare_fixed and args.model is None:
         # Beside the engine's measured choice: the demo draft proposing k every round and
         # prompt lookup verifying whatever its match asks for.
         variants["draft_fixed"] = warm(LLM(draft=demo_model_dir("draft"), config=EngineConfig(
@@ -343,6 +347,8 @@ def markdown(results: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sections", default="throughput,speculative,quant")
+    parser.add_argument("--model", help="speculative: this model folder or GGUF file in "
+                                        "place of the demo model (prompt lookup only)")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--gen-len", type=int, default=64)
     # One thread: on the shared recording machine two OpenMP threads made every op wait
