@@ -75,8 +75,9 @@ def test_weights_not_matching_config(tmp_path: Path, tiny_llama_dir: Path) -> No
 def test_a_model_is_loaded_from_the_files_tensors_as_they_are(tmp_path: Path,
                                                               dtype: torch.dtype) -> None:
     """Built without storage and given the file's tensors: every weight is the file's
-    (widened to float32), the tied LM head is the embedding itself, the rotary tables and
-    the counters are real tensors, and nothing is left on the meta device."""
+    (widened to float32), the tied LM head is the embedding itself, the rotary tables are
+    computed, and nothing is left on the meta device (an expert block's counters: the
+    MoE tests run on such blocks)."""
     from safetensors.torch import load_file
 
     folder = save_random_hf_model(tmp_path, dtype=dtype, tie_word_embeddings=True)
