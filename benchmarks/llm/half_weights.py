@@ -99,11 +99,10 @@ def one_row_kernels(llm: LLM) -> dict[str, int]:
 
 
 def kernel_bytes(llm: LLM) -> int:
-    """The weight bytes the linear layers' kernels hold (each distinct kernel once: a
-    layer may keep one for a row, one for many and one for prompt chunks)."""
-    held = {id(k): k for m in llm.engine.model.modules() if isinstance(m, SelectedLinear)
-            for k in (m.small, m.large, m.prefill)}
-    return sum(k.read_bytes for k in held.values())
+    """The weight bytes the linear layers' kernels hold (``SelectedLinear.held_bytes``:
+    a layer may keep one for a row, one for many and one for prompt chunks)."""
+    return sum(m.held_bytes() for m in llm.engine.model.modules()
+               if isinstance(m, SelectedLinear))
 
 
 def decode(llm: LLM, gen_len: int) -> tuple[float, float, list[list[int]]]:

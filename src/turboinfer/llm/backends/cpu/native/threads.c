@@ -309,25 +309,27 @@ int ti_par_q8_linear(const float *x, int64_t rows, int64_t k, const int8_t *w,
     return run_linear_job(&j);
 }
 
-int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
-                      const float *bias, int64_t n, int64_t kp, float *y) {
-    linear_job j = {.kind = KIND_F32, .x = x, .rows = rows, .k = k, .n = n, .kp = kp, .w = w,
+/* The fp32 kernel and its 16-bit-weight twins take the same arguments. */
+static int run_tiles_job(int kind, const float *x, int64_t rows, int64_t k, const void *w,
+                         const float *bias, int64_t n, int64_t kp, float *y) {
+    linear_job j = {.kind = kind, .x = x, .rows = rows, .k = k, .n = n, .kp = kp, .w = w,
                     .bias = bias, .y = y};
     return run_linear_job(&j);
+}
+
+int ti_par_f32_linear(const float *x, int64_t rows, int64_t k, const float *w,
+                      const float *bias, int64_t n, int64_t kp, float *y) {
+    return run_tiles_job(KIND_F32, x, rows, k, w, bias, n, kp, y);
 }
 
 int ti_par_f16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
                       const float *bias, int64_t n, int64_t kp, float *y) {
-    linear_job j = {.kind = KIND_F16, .x = x, .rows = rows, .k = k, .n = n, .kp = kp, .w = w,
-                    .bias = bias, .y = y};
-    return run_linear_job(&j);
+    return run_tiles_job(KIND_F16, x, rows, k, w, bias, n, kp, y);
 }
 
 int ti_par_bf16_linear(const float *x, int64_t rows, int64_t k, const uint16_t *w,
                        const float *bias, int64_t n, int64_t kp, float *y) {
-    linear_job j = {.kind = KIND_BF16, .x = x, .rows = rows, .k = k, .n = n, .kp = kp, .w = w,
-                    .bias = bias, .y = y};
-    return run_linear_job(&j);
+    return run_tiles_job(KIND_BF16, x, rows, k, w, bias, n, kp, y);
 }
 
 /* ---- paged attention ------------------------------------------------------------- */
