@@ -91,3 +91,19 @@ def test_a_model_is_loaded_from_the_files_tensors_as_they_are(tmp_path: Path,
     down = file["model.layers.1.mlp.down_proj.weight"].float()
     assert torch.equal(model.layers[1].mlp.down_proj.weight, down)
     assert torch.isfinite(model.rope.cos).all() and model.rope.cos.abs().max() <= 1
+
+
+def test_loading_leaves_torch_s_compiler_unimported(tmp_path: Path) -> None:
+    """Built on the meta device, the model runs no random initialiser and no arithmetic
+    there: torch's meta versions of those import its compiler, about a second of every
+    process's first load (``llm serve`` start-up). A fresh process, so nothing imported
+    it before."""
+    import subprocess
+    import sys
+
+    folder = save_random_hf_model(tmp_path)
+    code = ("import sys; from turboinfer.llm.model.loader import load_model; "
+            f"load_model({str(folder)!r}); print('torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "False", done.stderr

@@ -31,9 +31,11 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, max_positions: int, theta: float) -> None:
         super().__init__()
-        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float()
-                                   / head_dim)
-        angles = torch.outer(torch.arange(max_positions).float(), inv_freq)
+        # Computed on the CPU whatever the default device (moved with the module): a model
+        # built on the meta device to be given its weights still gets real tables.
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64,
+                                                device="cpu").float() / head_dim)
+        angles = torch.outer(torch.arange(max_positions, device="cpu").float(), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)                 # [P, D]
         self.cos: torch.Tensor
         self.sin: torch.Tensor

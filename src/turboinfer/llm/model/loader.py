@@ -17,11 +17,12 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from turboinfer.errors import ModelLoadError, UnknownModelError
 from turboinfer.llm.model.config import ModelConfig
 from turboinfer.llm.model.gguf import EXACT_INT4_FILE, INT4_PARTS
-from turboinfer.llm.model.llama import LlamaModel, RotaryEmbedding
+from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.model.moe import build_model
 from turboinfer.llm.model.moe_weights import fuse_moe_weights
 from turboinfer.llm.model.quant import NATIVE_GROUP
@@ -109,6 +110,25 @@ def fused_to_hf(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str
     return out
 
 
+class _NoRandomInit(TorchFunctionMode):
+    """Leaves the random initialisers alone on meta tensors, which have nothing to fill.
+
+    Not only wasted work: torch's meta version of ``normal_`` (an embedding's init) imports
+    its compiler, 1.0-1.3 s of every first load in a process. A function mode is
+    per-thread, so a model built at the same time on another thread keeps its init."""
+
+    RANDOM = frozenset({"normal_", "uniform_", "trunc_normal_", "kaiming_uniform_",
+                        "kaiming_normal_", "xavier_uniform_", "xavier_normal_"})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in self.RANDOM:
+            tensor = args[0] if args else kwargs.get("tensor")
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)
+
+
 def load_model(folder: Path, *, dtype: torch.dtype = torch.float32) -> LlamaModel:
     folder = Path(folder)
     if not folder.is_dir():
@@ -120,7 +140,7 @@ def load_model(folder: Path, *, dtype: torch.dtype = torch.float32) -> LlamaMode
     # loading; each tensor is widened on its own below (a bf16 Llama of 1.2 B parameters:
     # 7.0 s and 7.2 GiB at the peak against 14.5 s and 8.3 GiB when built and then filled,
     # benchmarks/llm/load_memory.py).
-    with torch.device("meta"):
+    with torch.device("meta"), _NoRandomInit():
         model = build_model(config)
     expected = set(model.state_dict())
     if config.tie_word_embeddings:
@@ -140,7 +160,7 @@ def load_model(folder: Path, *, dtype: torch.dtype = torch.float32) -> LlamaMode
     del state       # the parameters hold the tensors now: each freed once widened
     if config.tie_word_embeddings:      # assign replaced the embedding's parameter only
         model.lm_head.weight = model.embed_tokens.weight
-    _off_meta(model, config, folder)
+    _off_meta(model, folder)
     model.to(dtype)
     model.eval()
     model.requires_grad_(False)
@@ -149,12 +169,10 @@ def load_model(folder: Path, *, dtype: torch.dtype = torch.float32) -> LlamaMode
     return model
 
 
-def _off_meta(model: LlamaModel, config: ModelConfig, folder: Path) -> None:
+def _off_meta(model: LlamaModel, folder: Path) -> None:
     """What a model built without storage still lacks once the file's tensors are in:
-    the rotary tables (computed, as ``build_model`` computes them) and the modules' plain
-    tensors, counters that start at zero (an expert block's tokens per expert)."""
-    model.rope = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
-                                 config.rope_theta)
+    the modules' plain tensors, counters that start at zero (an expert block's tokens per
+    expert). (The rotary tables are computed on the CPU even then.)"""
     for module in model.modules():
         counters = [(name, value) for name, value in vars(module).items()
                     if isinstance(value, torch.Tensor) and value.is_meta]
