@@ -8,6 +8,7 @@ import pytest
 import torch
 from llm_helpers import save_random_hf_model, save_word_tokenizer
 
+from turboinfer.llm.backends.cpu.native import NativeLibrary, build_library
 from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.model.loader import load_model
 
@@ -15,6 +16,19 @@ from turboinfer.llm.model.loader import load_model
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_random_hf_model(tmp_path_factory.mktemp("tiny_llama"))
+
+
+# No -march=native: the plain C path of every kernel.
+PLAIN_FLAGS = ("-O2", "-fPIC", "-shared", "-pthread")
+
+
+@pytest.fixture(scope="session")
+def plain_library(tmp_path_factory: pytest.TempPathFactory) -> NativeLibrary:
+    """The kernels built as plain C, compiled once for every module that compares it."""
+    status = build_library("cc", PLAIN_FLAGS, folder=tmp_path_factory.mktemp("plain"))
+    assert status.library is not None, status.reason
+    assert status.library.simd_level == 0
+    return status.library
 
 
 @pytest.fixture(scope="session")

@@ -101,9 +101,17 @@ def demo_f32(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_gguf(demo_model_dir(), tmp_path_factory.mktemp("gguf") / "demo-f32.gguf")
 
 
+@pytest.fixture(scope="module")
+def _module_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TURBOINFER_CACHE_DIR", str(tmp_path / "cache"))
+def _cache(_module_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One folder for the module, not the user's: converted folders are keyed by each
+    # file's path, and the native library, compiled into the cache folder, is then
+    # compiled once here rather than once a test (~2.7 s each).
+    monkeypatch.setenv("TURBOINFER_CACHE_DIR", str(_module_cache))
 
 
 def test_the_rotary_permutation_round_trips() -> None:

@@ -43,13 +43,10 @@ PLAIN_FLAGS = ("-O2", "-fPIC", "-shared")     # no -march=native: the plain C pa
 
 
 @pytest.fixture(scope="module", params=["native", "plain"])
-def library(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-            ) -> NativeLibrary:
-    if request.param == "native":
-        status = native_status()
-    else:
-        status = build_library("cc", PLAIN_FLAGS, folder=tmp_path_factory.mktemp("plain"))
-        assert status.library is not None and status.library.simd_level == 0
+def library(request: pytest.FixtureRequest) -> NativeLibrary:
+    if request.param == "plain":
+        return request.getfixturevalue("plain_library")  # type: ignore[no-any-return]
+    status = native_status()
     assert status.library is not None, status.reason
     return status.library
 

@@ -19,23 +19,18 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
     NativeInt8Kernel,
     NativeQ8Kernel,
 )
-from turboinfer.llm.backends.cpu.native import NativeLibrary, build_library, native_status
+from turboinfer.llm.backends.cpu.native import NativeLibrary, native_status
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 
-PLAIN_FLAGS = ("-O2", "-fPIC", "-shared", "-pthread")
-
 
 @pytest.fixture(scope="module", params=["native", "plain"])
-def library(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-            ) -> Iterator[NativeLibrary]:
-    if request.param == "native":
-        status = native_status()
-    else:
-        status = build_library("cc", PLAIN_FLAGS, folder=tmp_path_factory.mktemp("plain"))
-    assert status.library is not None, status.reason
-    yield status.library
-    status.library.set_threads(1)
+def library(request: pytest.FixtureRequest) -> Iterator[NativeLibrary]:
+    found: NativeLibrary | None = (request.getfixturevalue("plain_library")
+                                   if request.param == "plain" else native_status().library)
+    assert found is not None, native_status().reason
+    yield found
+    found.set_threads(1)
 
 
 def _at(library: NativeLibrary, threads: int, run: Callable[[], torch.Tensor]) -> torch.Tensor:

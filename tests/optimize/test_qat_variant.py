@@ -49,10 +49,10 @@ def every_core() -> Iterator[None]:
 
 def test_qat_runs_on_resnet18(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                               every_core: None) -> None:
-    # Four training images of the user's (the zoo's split is digits' test's path): the
+    # Two training images of the user's (the zoo's split is digits' test's path): the
     # clip search runs ~170 forwards of its first batch, 16 images of the split's 64.
     train = tmp_path / "train.npz"
-    images = np.random.default_rng(0).standard_normal((4, 3, 224, 224), dtype=np.float32)
+    images = np.random.default_rng(0).standard_normal((2, 3, 224, 224), dtype=np.float32)
     np.savez(train, input=images)
     code = main(["optimize", "builtin:resnet18", "-o", str(tmp_path / "out"), "--variants",
                  "qat", "--qat-epochs", "1", "--calib-count", "8", "--train-data", str(train),
