@@ -164,27 +164,29 @@ def speculative(args: argparse.Namespace) -> dict[str, object]:
     takes the demo's place, prompt lookup only (the demo draft speaks the demo's
     vocabulary), its repetitive workload built from its own answers."""
     # The thread count asked for (else the engine would pick one by measurement).
-    plain = warm(LLM(args.model, config=EngineConfig(num_threads=args.threads)))
-    variants = {"ngram": warm(LLM(args.model, ngram=args.ngram, config=EngineConfig(
+    q = args.spec_quant   # the target's weights, alike in every engine compared
+    plain = warm(LLM(args.model, quant=q, config=EngineConfig(num_threads=args.threads)))
+    variants = {"ngram": warm(LLM(args.model, ngram=args.ngram, quant=q, config=EngineConfig(
         num_speculative_tokens=args.ngram_k, num_threads=args.threads)))}
     if args.model is None:      # the demo draft speaks the demo model's vocabulary
-        variants = {"draft": warm(LLM(draft=demo_model_dir("draft"),
+        variants = {"draft": warm(LLM(draft=demo_model_dir("draft"), quant=q,
                                       config=EngineConfig(num_speculative_tokens=args.k,
                                                           num_threads=args.threads))),
                     **variants}
     if args.compare_fixed and args.model is None:
         # Beside the engine's measured choice: the demo draft proposing k every round and
         # prompt lookup verifying whatever its match asks for.
-        variants["draft_fixed"] = warm(LLM(draft=demo_model_dir("draft"), config=EngineConfig(
-            num_speculative_tokens=args.k, num_threads=args.threads,
-            adapt_speculative_tokens=False)))
-        variants["ngram_fixed"] = warm(LLM(ngram=args.ngram, config=EngineConfig(
+        variants["draft_fixed"] = warm(LLM(
+            draft=demo_model_dir("draft"), quant=q, config=EngineConfig(
+                num_speculative_tokens=args.k, num_threads=args.threads,
+                adapt_speculative_tokens=False)))
+        variants["ngram_fixed"] = warm(LLM(ngram=args.ngram, quant=q, config=EngineConfig(
             num_speculative_tokens=args.ngram_k, num_threads=args.threads,
             adapt_speculative_tokens=False)))
     workloads: dict[str, list[str | list[int]]] = {
         "demo": list(DEMO_PROMPTS),
         "regenerate": list(regenerate_prompts(plain, args.regenerate_prompts, args.gen_len))}
-    res: dict[str, object] = {}
+    res: dict[str, object] = {"quant": plain.config.quant.value}
     for workload, prompts in workloads.items():
         res[workload] = spec_rounds(plain, variants, prompts, args)
     return res
@@ -349,6 +351,9 @@ def main() -> None:
     parser.add_argument("--sections", default="throughput,speculative,quant")
     parser.add_argument("--model", help="speculative: this model folder or GGUF file in "
                                         "place of the demo model (prompt lookup only)")
+    parser.add_argument("--spec-quant", default=None,
+                        help="speculative: the target's quantization (int8, int4, q8) in "
+                             "every engine compared; default, its own")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--gen-len", type=int, default=64)
     # One thread: on the shared recording machine two OpenMP threads made every op wait
