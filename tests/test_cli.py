@@ -189,5 +189,7 @@ def test_defaults_repeated_from_settings_objects_agree() -> None:
     expected = {"target_sparsity": PruneSettings.target_sparsity,
                 "steps_per_phase": PruneSettings.steps_per_phase,
                 "temperature": DistillSettings.temperature, "seed": PruneSettings.seed,
-                "latency_batch": LatencySettings.batch_size}
+                "latency_batch": LatencySettings.batch_size,
+                "latency_seconds": LatencySettings.rounds * LatencySettings.seconds_per_round}
     assert expected == prune.DEFAULTS
+    assert LatencySettings.rounds == prune.LATENCY_ROUNDS

@@ -18,7 +18,7 @@ def test_prune_writes_state_onnx_and_report(
     out = tmp_path / "out"
     code = main(["prune", "builtin:digits-cnn", "--target-sparsity", "0.5",
                  "--schedule", "l1:0.3,taylor:0.2", "--distill-epochs", "1",
-                 "--train-threads", "1", "-o", str(out), "--json"])
+                 "--train-threads", "1", "--latency-seconds", "0.25", "-o", str(out), "--json"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["settings"]["schedule"] == ["l1:0.3", "taylor:0.2"]

@@ -36,8 +36,8 @@ def test_factory_with_labelled_data_keeps_the_budget(
     train, held = digits_files
     code = main(["prune", "user_cnn:make_cnn", "--train-data", str(train), "--eval-data",
                  str(held), "--target-sparsity", "0.3", "--lr", "3e-3", "--distill-epochs", "6",
-                 "--max-accuracy-drop", "2", "--train-threads", "1", "-o", str(tmp_path),
-                 "--json"])
+                 "--max-accuracy-drop", "2", "--train-threads", "1", "--latency-seconds", "0.25",
+                 "-o", str(tmp_path), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0, report["budget"]
     assert report["metric"]["name"] == "accuracy" and report["metric"]["before"] > 95
@@ -57,7 +57,8 @@ def test_a_missed_budget_exits_1_and_keeps_the_files(
     train, held = digits_files
     code = main(["prune", "user_cnn:make_cnn", "--train-data", str(train), "--eval-data",
                  str(held), "--target-sparsity", "0.7", "--distill-epochs", "0",
-                 "--max-accuracy-drop", "0.1", "--train-threads", "1", "-o", str(tmp_path)])
+                 "--max-accuracy-drop", "0.1", "--train-threads", "1", "--latency-seconds", "0.25",
+                 "-o", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 1
     assert "MISSED" in out and (tmp_path / "model.onnx").is_file()
@@ -145,8 +146,8 @@ def test_an_encoder_folder_is_pruned_by_heads_and_keeps_its_outputs(
     encoder_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(["prune", str(encoder_folder), "--target-sparsity", "0.5",
-                 "--distill-epochs", "0", "--train-threads", "1", "-o", str(tmp_path),
-                 "--json"])
+                 "--distill-epochs", "0", "--train-threads", "1", "--latency-seconds", "0.25",
+                 "-o", str(tmp_path), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0
     assert report["metric"]["name"] == "cosine" and report["metric"]["before"] == 1.0

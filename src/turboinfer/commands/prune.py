@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from turboinfer.commands._args import comma_list, positive_int
+from turboinfer.commands._args import comma_list, positive_float, positive_int
 from turboinfer.errors import ConfigError
 from turboinfer.output import print_json
 from turboinfer.progress import ProgressDisplay
@@ -32,7 +32,8 @@ def _fraction(text: str) -> float:
 # PruneSettings', DistillSettings' and LatencySettings' defaults, repeated (tests check
 # they agree): importing turboinfer.prune loads torch, too slow for `turboinfer --help`.
 DEFAULTS = {"target_sparsity": 0.5, "steps_per_phase": 2, "temperature": 4.0, "seed": 0,
-            "latency_batch": 1}
+            "latency_batch": 1, "latency_seconds": 2.0}
+LATENCY_ROUNDS = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-batch", type=positive_int,
                         default=int(DEFAULTS["latency_batch"]),
                         help="batch size of the before/after latency measurement")
+    parser.add_argument("--latency-seconds", type=positive_float,
+                        default=float(DEFAULTS["latency_seconds"]), metavar="SECONDS",
+                        help="time spent measuring each model's latency, before and after, "
+                             f"in {LATENCY_ROUNDS} interleaved rounds")
     parser.add_argument("--seed", type=int, default=int(DEFAULTS["seed"]),
                         help="seed of the data order and the training")
     parser.add_argument("--train-threads", type=int, default=0,
@@ -104,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
         display.stage(f"pruning {args.model} to {settings.target_sparsity:g}")
         report = prune_model(args.model, settings, args.output, train_path=args.train_data,
                              eval_path=args.eval_data,
-                             latency=LatencySettings(batch_size=args.latency_batch),
+                             latency=LatencySettings(
+                                 batch_size=args.latency_batch, rounds=LATENCY_ROUNDS,
+                                 seconds_per_round=args.latency_seconds / LATENCY_ROUNDS),
                              max_drop=args.max_accuracy_drop)
     data = report.to_dict()
     if args.json:
