@@ -16,8 +16,10 @@ from turboinfer.llm.model.quant import (
     Int8Handler,
     dequantize_int4,
     quantize_int4,
+    quantize_int4_native,
     quantize_int8,
     quantize_model,
+    reused_quantization,
 )
 from turboinfer.llm.perplexity import perplexity
 
@@ -59,3 +61,24 @@ def test_quantized_model_perplexity_close_to_float(tiny_llama_dir: Path,
     quant = perplexity(model, tokens, window=128)
     assert quant != base
     assert abs(quant / base - 1) < (0.02 if mode is QuantMode.INT8 else 0.15)
+
+
+def test_reused_quantization_gives_fresh_copies_of_the_same_numbers() -> None:
+    """Within ``reused_quantization`` a weight quantized again the same way gets the first
+    result's numbers in new memory (each timed kernel copy reads its own); another
+    weight, other arguments, or the same weight changed in place are quantized anew."""
+    weight = torch.randn(64, 128, generator=torch.Generator().manual_seed(1))
+    other = torch.randn(64, 128, generator=torch.Generator().manual_seed(2))
+    with reused_quantization():
+        first = quantize_int8(weight)
+        again = quantize_int8(weight.detach())    # another view of the same numbers
+        assert all(torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+                   for a, b in zip(first, again, strict=True))
+        assert torch.equal(quantize_int8(weight, qmax=63)[0], quantize_int8(weight, 63)[0])
+        assert not torch.equal(quantize_int8(weight, qmax=63)[0], first[0])
+        assert torch.equal(quantize_int8(other)[0], quantize_int8.__wrapped__(other)[0])
+        assert all(torch.equal(a, b) for a, b in zip(
+            quantize_int4_native(weight), quantize_int4_native.__wrapped__(weight),
+            strict=True))
+        weight.mul_(2)                              # in place: a new version
+        assert torch.equal(quantize_int8(weight)[1], 2 * first[1])

@@ -42,7 +42,7 @@ from turboinfer.llm.backends.cpu.kernel_candidates import (
 from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.loader import INT4_GROUPS_ATTR
-from turboinfer.llm.model.quant import NATIVE_GROUP, layer_mode
+from turboinfer.llm.model.quant import NATIVE_GROUP, layer_mode, reused_quantization
 
 ROW_COUNTS = (1, 16)
 # A prompt chunk (the engine's default token budget per step). Compute-bound, so timed
@@ -341,7 +341,7 @@ def select_kernels(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
     # (at 64 rows 1.2-1.3x slower for the 110M model's shapes).
     prefill_split = 2 * many
     used: dict[tuple[object, ...], tuple[KernelChoice, int]] = {}
-    with torch.inference_mode():
+    with torch.inference_mode(), reused_quantization():
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
                 if not isinstance(child, nn.Linear):
