@@ -177,6 +177,7 @@ def dequantize_int4_native(packed: torch.Tensor, scales: torch.Tensor,
     return (q * scales.float()[..., None] + mins.float()[..., None]).reshape(n, 2 * half)
 
 
+@_reusable
 def quantize_q8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """llama.cpp's Q8_0: symmetric int8 per group of 32 along the input, the scale
     ``amax / 127`` as fp16 (rounded before the weights are quantized against it).
