@@ -3,6 +3,7 @@ and the measured selection swaps layers without changing what the model computes
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -73,6 +74,28 @@ def test_selection_times_every_candidate_and_keeps_the_fastest(tiny_llama_dir: P
     # One choice per distinct shape and row count; the layers add up to every linear.
     assert sum(c.layers for c in choices if c.rows == 1) == 2 * 4 + 1
     assert isinstance(model.lm_head, SelectedLinear)
+
+
+@pytest.mark.parametrize("rows", [1, 512])
+def test_a_large_weight_is_timed_on_its_first_rows(monkeypatch: pytest.MonkeyPatch,
+                                                   rows: int) -> None:
+    """Past the slice size (made small here) the candidates are built and timed on the
+    weight's first rows, whole tiles, with the bias cut alike; the choice names the
+    whole shape and says how many rows were timed."""
+    monkeypatch.setattr(kernels, "MEASURE_SLICE_BYTES", 128 * 64 * 4)
+    monkeypatch.setattr(kernels, "PREFILL_SLICE_BYTES", 64 * 64 * 4)
+    built: list[tuple[int, ...]] = []
+    cands = [c for c in candidates(QuantMode.NONE) if c.name == "fp32_transposed"]
+    real = cands[0].build
+    cands = [dataclasses.replace(cands[0], build=lambda w, b, r: (
+        built.append((*w.shape, -1 if b is None else b.shape[0])) or real(w, b, r)))]
+    choice = measure_shape(cands, torch.randn(1000, 64), torch.randn(1000), rows,
+                           QuantMode.NONE)
+    timed = 128 if rows == 1 else 64
+    assert set(built) == {(timed, 64, timed)}
+    assert (choice.out_features, choice.timed_out_features) == (1000, timed)
+    whole = measure_shape(cands, torch.randn(100, 64), None, rows, QuantMode.NONE)
+    assert (whole.out_features, whole.timed_out_features) == (100, 0 if rows == 1 else 64)
 
 
 @pytest.mark.parametrize("rows,native_ms,chosen", [

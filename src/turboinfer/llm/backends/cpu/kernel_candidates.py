@@ -391,11 +391,14 @@ class NativeHalfKernel(NativeKernel):
 
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor, bias: torch.Tensor | None,
                  dtype: torch.dtype) -> None:
-        tiles, self.padded = f32_tiles(weight.float())
-        half = tiles.to(dtype)
-        if not torch.equal(half.float(), tiles):
+        weight = weight.float()
+        half = weight.to(dtype)
+        if not torch.equal(half.float(), weight):
             raise ValueError(f"the weight is not exactly {dtype}: it cannot be kept in 16 bits")
-        self.tiles, self.dtype, self.name = half, dtype, self.NAMES[dtype]
+        # Narrowed first, then laid out (the fp32 layout of the same numbers): half the
+        # bytes through the interleave.
+        self.tiles, self.padded = f32_tiles(half)
+        self.dtype, self.name = dtype, self.NAMES[dtype]
         self.bias = None if bias is None else bias.float().contiguous()
         n, k = weight.shape
         fn = lib.f16_linear if dtype is torch.float16 else lib.bf16_linear

@@ -58,6 +58,14 @@ PREFILL_MIN_GAIN = 0.9
 # available at load: a faster prefill is not worth running a large model out of memory.
 PREFILL_MEMORY_SHARE = 0.25
 ROUNDS = 5
+# A weight past this many fp32 bytes is timed on its first rows only (whole tiles): at one
+# or 16 rows a product this size streams from memory (4x the largest L3 met here), and
+# the time per row of a kernel stays what it is on the whole weight; at a prompt chunk
+# the products are compute-bound, as they are on a slice of a quarter of that. A 1.2 B
+# Llama's 128,256-row LM head (1 GB in fp32) took 52 of its 103 s of load, timed whole.
+MEASURE_SLICE_BYTES = 128 * 2**20
+PREFILL_SLICE_BYTES = 32 * 2**20
+SLICE_ROW_MULTIPLE = 64     # whole tiles of every native layout (4 and 16 rows)
 # At one row a native kernel within this factor of the fastest is chosen: a lone
 # sequence's decode step runs as one call into C only where every layer has a native
 # kernel (native_decode.py beside this module), which saved more than this on every model
@@ -83,6 +91,8 @@ class KernelChoice:
     chosen: str
     timings_ms: dict[str, float]
     layers: int = 0
+    # The output rows timed, where fewer than out_features (a large weight's first rows).
+    timed_out_features: int = 0
     # Candidates dropped after one call (much slower than the best first call).
     dropped: tuple[str, ...] = field(default=())
     # Candidates not offered on this machine, with the reason (no C compiler, ...).
@@ -140,9 +150,16 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
     In the model every decode step streams all layers' weights from memory, so a weight
     smaller than the last-level cache is timed as several copies called in turn (their
     total twice the cache), not as one copy that stays cached between calls. A prompt
-    chunk (``PREFILL_ROWS`` or more) reuses each weight across its rows: one copy.
+    chunk (``PREFILL_ROWS`` or more) reuses each weight across its rows: one copy. A
+    large weight is timed on its first rows (``MEASURE_SLICE_BYTES``).
     """
     prefill = rows >= PREFILL_ROWS
+    n = weight.shape[0]
+    limit = PREFILL_SLICE_BYTES if prefill else MEASURE_SLICE_BYTES
+    keep = max(SLICE_ROW_MULTIPLE,
+               limit // (4 * weight.shape[1]) // SLICE_ROW_MULTIPLE * SLICE_ROW_MULTIPLE)
+    if n > keep:
+        weight, bias = weight[:keep], None if bias is None else bias[:keep]
     x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
     kernels: dict[str, list[Kernel]] = {}
     first: dict[str, float] = {}
@@ -197,8 +214,9 @@ def measure_shape(cands: list[Candidate], weight: torch.Tensor, bias: torch.Tens
         # steps (4 of them 1.5 ms instead of 0.13) and its speculative decoding most of
         # its gain.
         chosen = native
-    return KernelChoice(mode.value, weight.shape[0], weight.shape[1], rows, chosen,
-                        timings, dropped=tuple(dropped))
+    return KernelChoice(mode.value, n, weight.shape[1], rows, chosen, timings,
+                        dropped=tuple(dropped),
+                        timed_out_features=weight.shape[0] if weight.shape[0] < n else 0)
 
 
 def _confirmed_close(native: list[Kernel], other: list[Kernel], x: torch.Tensor) -> bool:

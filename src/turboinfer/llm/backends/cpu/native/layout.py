@@ -42,7 +42,8 @@ def amx_int8_tiles(q: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def f32_tiles(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """fp32 ``[N, K]`` in blocks of 16 floats; returns (tiles, padded K)."""
+    """fp32 ``[N, K]`` in blocks of 16 floats (fp16/bf16 in the same layout); returns
+    (tiles, padded K)."""
     return _interleave(weight, 16), -(-weight.shape[1] // 16) * 16
 
 
