@@ -1,7 +1,7 @@
 """Loading a half-precision checkpoint: seconds and peak memory of ``load_model``, this
 checkout against a git revision, side by side.
 
-    python benchmarks/llm/load_memory.py [--baseline REV] [--rounds 2]
+    python benchmarks/llm/load_memory.py [--baseline REV] [--rounds 2] [--engine]
         [--output load_memory.json]
 
 The checkpoint is a random-weight Llama of the Llama-3.2-1B shape (16 layers of 2048, 32
@@ -11,6 +11,12 @@ imports the loader of one checkout (``--baseline`` checked out into a temporary
 worktree) and loads the folder to float32 weights; the record is its wall time and the
 process's peak resident set (``ru_maxrss``: the checkpoint's file pages the loader
 touched count in it, though the kernel can drop them). The checkouts alternate.
+
+``--engine`` measures ``LLM(folder)`` at one thread instead, everything an engine does
+before its first request (``load_model``, then the measured kernel selection that builds
+each layer's kernels), with the demo model's tokenizer copied into the folder, and
+records the first 8 greedy tokens of one prompt so the checkouts' engines can be
+compared.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,6 +52,20 @@ print(json.dumps({"seconds": seconds,
 """
 
 
+MEASURE_ENGINE = """
+import json, resource, sys, time
+start = time.perf_counter()
+from turboinfer.llm import LLM, EngineConfig, SamplingParams
+llm = LLM(sys.argv[1], config=EngineConfig(num_threads=1))
+seconds = time.perf_counter() - start
+out = llm.generate([1, 2, 3, 4], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+print(json.dumps({"seconds": seconds,
+                  "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                  "parameters": sum(p.numel() for p in llm.model.parameters()),
+                  "tokens": list(out[0].token_ids)}))
+"""
+
+
 def checkpoint() -> Path:
     if (FOLDER / "model.safetensors").exists():
         return FOLDER
@@ -66,9 +87,18 @@ def checkpoint() -> Path:
     return FOLDER
 
 
-def measure(src: Path, folder: Path) -> dict[str, Any]:
+def with_tokenizer(folder: Path) -> Path:
+    """The engine needs a tokenizer: the demo model's (its 2,048 ids are all in range)."""
+    from turboinfer.llm.api import demo_model_dir
+
+    if not (folder / "tokenizer.json").exists():
+        shutil.copy(demo_model_dir() / "tokenizer.json", folder / "tokenizer.json")
+    return folder
+
+
+def measure(src: Path, folder: Path, script: str = MEASURE) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(folder)], env=env,
+    done = subprocess.run([sys.executable, "-c", script, str(folder)], env=env,
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -78,9 +108,12 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", help="a git revision to load with beside this checkout")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--engine", action="store_true",
+                        help="measure LLM(folder), kernel selection included")
     parser.add_argument("--output", default="load_memory.json")
     args = parser.parse_args()
-    folder = checkpoint()
+    folder = with_tokenizer(checkpoint()) if args.engine else checkpoint()
+    script = MEASURE_ENGINE if args.engine else MEASURE
     sources = {"this checkout": ROOT / "src"}
     with tempfile.TemporaryDirectory() as tmp:
         if args.baseline:
@@ -91,7 +124,7 @@ def main() -> None:
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sources}
             for r in range(args.rounds):
                 for name in (list(sources) if r % 2 == 0 else list(sources)[::-1]):
-                    runs[name].append(measure(sources[name], folder))
+                    runs[name].append(measure(sources[name], folder, script))
                     print(name, runs[name][-1], flush=True)
         finally:
             if args.baseline:
@@ -99,8 +132,11 @@ def main() -> None:
                                 f"{tmp}/base"], check=True)
     summary = {name: {"seconds": statistics.median(r["seconds"] for r in rs),
                       "peak_rss_gib": statistics.median(r["peak_rss_gib"] for r in rs),
-                      "parameters": rs[0]["parameters"]} for name, rs in runs.items()}
+                      "parameters": rs[0]["parameters"],
+                      **({"tokens": rs[0]["tokens"]} if "tokens" in rs[0] else {})}
+               for name, rs in runs.items()}
     record = {"machine": machine(), "command": " ".join(sys.argv),
+              "measured": "LLM(folder), 1 thread" if args.engine else "load_model(folder)",
               "checkpoint": "random Llama-3.2-1B shape, bf16, 2.5 GB (transformers)",
               "summary": summary, "runs": runs}
     (HERE / args.output).write_text(json.dumps(record, indent=1) + "\n")
