@@ -256,7 +256,9 @@ def _bench(args: argparse.Namespace) -> int:
     how = "measured fastest" if llm.thread_choice else "as asked"
     print(f"\nthreads: {threads} ({how}); kernels (shape, rows: chosen):")
     for c in llm.kernel_choices:
-        print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: {c.chosen}")
+        sliced = (f" (timed on its first {c.timed_out_features} rows)"
+                  if c.timed_out_features else "")
+        print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: {c.chosen}{sliced}")
     if llm.prefetch_choice:
         for kind, timings in llm.prefetch_choice.step_ms.items():
             timed = ", ".join(f"{d} B {ms:.2f} ms" for d, ms in timings.items())
