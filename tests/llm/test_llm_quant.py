@@ -82,3 +82,12 @@ def test_reused_quantization_gives_fresh_copies_of_the_same_numbers() -> None:
             strict=True))
         weight.mul_(2)                              # in place: a new version
         assert torch.equal(quantize_int8(weight)[1], 2 * first[1])
+
+
+def test_reused_quantization_takes_inference_tensors() -> None:
+    """A weight made in inference mode has no version counter: still quantized, reused."""
+    with torch.inference_mode():
+        weight = torch.randn(8, 32)
+        with reused_quantization():
+            first, again = quantize_int8(weight), quantize_int8(weight)
+    assert torch.equal(first[0], again[0]) and first[0].data_ptr() != again[0].data_ptr()

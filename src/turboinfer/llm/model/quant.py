@@ -107,10 +107,12 @@ def _reusable(fn: _Quantizer) -> _Quantizer:
             _REUSE, "table", None)
         if table is None:
             return fn(weight, *args, **kwargs)
-        # The same numbers: same storage, place, layout, type and in-place version; the
-        # weight is held while its results are, so its storage cannot be reused meanwhile.
+        # The same numbers: same storage, place, layout, type and in-place version (an
+        # inference tensor tracks none); the weight is held while its results are, so its
+        # storage cannot be reused meanwhile.
+        version = -1 if weight.is_inference() else weight._version
         where = (weight.data_ptr(), weight.device, tuple(weight.shape), weight.stride(),
-                 weight.dtype, weight._version)
+                 weight.dtype, version)
         if _REUSE.weight is None or _REUSE.weight[1] != where:
             table.clear()
             _REUSE.weight = (weight, where)
