@@ -67,10 +67,11 @@ def test_selection_times_every_candidate_and_keeps_the_fastest(tiny_llama_dir: P
         assert set(choice.timings_ms) == names
         timed = {n: t for n, t in choice.timings_ms.items() if n not in choice.dropped}
         fastest = min(timed, key=timed.__getitem__)
-        # At one row a native kernel close to the fastest wins (NATIVE_STEP_MARGIN).
+        # At one row a native kernel close to the fastest wins (NATIVE_STEP_MARGIN): by
+        # the medians here, or by its best round or timed again apart, which the record
+        # does not show (those two rules are tested on given timings below).
         assert choice.chosen == fastest or (
-            choice.rows == 1 and choice.chosen.endswith("_native")
-            and timed[choice.chosen] <= NATIVE_STEP_MARGIN * timed[fastest])
+            choice.rows == 1 and choice.chosen.endswith("_native"))
     # One choice per distinct shape and row count; the layers add up to every linear.
     assert sum(c.layers for c in choices if c.rows == 1) == 2 * 4 + 1
     assert isinstance(model.lm_head, SelectedLinear)
