@@ -369,15 +369,18 @@ class NativeF32Kernel(NativeKernel):
         return (self.tiles.data_ptr(), _ptr(self.bias), self.out_features, self.padded)
 
 
+def _exactly(weight: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether every value of the float ``weight`` is exactly a ``dtype`` number. Compared
+    a block of rows at a time: a large LM head's round trip whole would take 1.5x its
+    bytes again."""
+    return all(torch.equal(part.to(dtype).to(part.dtype), part) for part in weight.split(1024))
+
+
 def half_storage(weight: torch.Tensor) -> torch.dtype | None:
     """``torch.float16`` or ``torch.bfloat16`` where every value of the float ``weight``
     is exactly a number of that type (a checkpoint stored in half precision and widened
-    at load), fp16 first; None otherwise. Compared a block of rows at a time: a large
-    LM head's round trip whole would take 1.5x its bytes again."""
-    for dtype in (torch.float16, torch.bfloat16):
-        if all(torch.equal(part.to(dtype).to(part.dtype), part) for part in weight.split(1024)):
-            return dtype
-    return None
+    at load), fp16 first; None otherwise."""
+    return next((d for d in (torch.float16, torch.bfloat16) if _exactly(weight, d)), None)
 
 
 class NativeHalfKernel(NativeKernel):
@@ -392,12 +395,11 @@ class NativeHalfKernel(NativeKernel):
     def __init__(self, lib: NativeLibrary, weight: torch.Tensor, bias: torch.Tensor | None,
                  dtype: torch.dtype) -> None:
         weight = weight.float()
-        half = weight.to(dtype)
-        if not torch.equal(half.float(), weight):
+        if not _exactly(weight, dtype):
             raise ValueError(f"the weight is not exactly {dtype}: it cannot be kept in 16 bits")
         # Narrowed first, then laid out (the fp32 layout of the same numbers): half the
         # bytes through the interleave.
-        self.tiles, self.padded = f32_tiles(half)
+        self.tiles, self.padded = f32_tiles(weight.to(dtype))
         self.dtype, self.name = dtype, self.NAMES[dtype]
         self.bias = None if bias is None else bias.float().contiguous()
         n, k = weight.shape
