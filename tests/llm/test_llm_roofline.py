@@ -33,6 +33,15 @@ def test_roofline_fields_are_consistent(tiny_llm_dir: Path,
         roof["bandwidth_detail"]["1"]["bandwidth"] / 1e9)
     assert roof["roofline_tokens_per_s"] == pytest.approx(
         roof["bandwidth_gb_s"] * 1e9 / roof["bytes_per_token"])
+    # Each step reads the weights and the keys and values of its context: the prompt (4)
+    # and half the new tokens (2) on average, over every layer.
+    assert roof["bytes_per_token"] == roof["weight_bytes_per_token"] + roof["kv_bytes_per_token"]
+    config = json.loads((tiny_llm_dir / "config.json").read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    per_position = (2 * config["num_hidden_layers"] * config["num_key_value_heads"]
+                    * head_dim * 4)     # float32 cache
+    assert roof["kv_bytes_per_token"] == per_position * (4 + 4 // 2)
+    assert roof["device"] == "cpu"
     batch1 = report["results"][0]
     assert roof["achieved_tokens_per_s"] == pytest.approx(1000 / batch1["tpot_p50_ms"])
     assert roof["fraction"] == pytest.approx(
@@ -63,3 +72,11 @@ def test_bytes_per_token_follow_the_weight_format(tiny_llama_dir: Path) -> None:
     select_kernels(int8, QuantMode.INT8, measure=False)
     # int8: one byte per weight plus a scale per output channel.
     assert linears < read_bytes_per_token(int8) < fp32 / 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_bandwidth_is_measured_on_the_gpu() -> None:
+    from turboinfer.llm.bench import measure_device_bandwidth
+
+    found = measure_device_bandwidth(torch.device("cuda"), buffer_mb=256, reps=3)
+    assert found["bandwidth"] == max(found["sum"], found["copy"]) > 0

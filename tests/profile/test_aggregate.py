@@ -7,7 +7,6 @@ import pytest
 
 from turboinfer.errors import ConfigError
 from turboinfer.profile import OpTime, ProfileSettings, RunSample, aggregate
-from turboinfer.profile.openvino_profiler import trace_events
 
 RUNS = [
     RunSample(10.0, (OpTime("conv", "QLinearConv", 6.0), OpTime("q", "QuantizeLinear", 2.0))),
@@ -31,6 +30,9 @@ def test_no_runs_is_all_zero() -> None:
 
 
 def test_openvino_layers_sit_end_to_end_inside_their_run() -> None:
+    pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    from turboinfer.profile.openvino_profiler import trace_events
+
     events = trace_events(RUNS)
     runs = [e for e in events if e["name"] == "run"]
     assert [r["ts"] for r in runs] == [0.0, 10_000.0]

@@ -222,7 +222,9 @@ def _bench(args: argparse.Namespace) -> int:
                              gen_len=args.gen_len, mixed=args.mixed)
     results = run_bench(llm.engine, settings)
     rows = [r.to_dict() for r in results]
-    roof = (roofline(llm.engine, next(r for r in results if r.concurrency == 1))
+    # The mean context of a batch-1 decode step: the prompt and half the new tokens.
+    roof = (roofline(llm.engine, next(r for r in results if r.concurrency == 1),
+                     context_tokens=args.prompt_len + args.gen_len // 2)
             if args.roofline else None)
     threads = torch.get_num_threads()
     runner = llm.engine.runner
@@ -281,9 +283,11 @@ def _bench(args: argparse.Namespace) -> int:
           f"{plan.kv_bytes / 2**20:.1f} MiB = {plan.num_blocks} blocks of "
           f"{plan.block_size} tokens ({plan.max_tokens} tokens; {plan.source})")
     if roof:
+        where = "device" if roof.device == "cuda" else f"{roof.threads} threads"
         print(f"\nroofline (batch 1): read bandwidth {roof.bandwidth_gb_s:.1f} GB/s "
-              f"({roof.threads} threads), {roof.bytes_per_token / 1e6:.1f} MB of weights "
-              f"per token, limit {roof.roofline_tokens_per_s:.1f} tokens/s, achieved "
+              f"({where}), {roof.weight_bytes_per_token / 1e6:.1f} MB of weights + "
+              f"{roof.kv_bytes_per_token / 1e6:.2f} MB of KV cache per token, limit "
+              f"{roof.roofline_tokens_per_s:.1f} tokens/s, achieved "
               f"{roof.achieved_tokens_per_s:.1f} ({100 * roof.fraction:.0f}%)")
     return 0
 

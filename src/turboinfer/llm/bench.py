@@ -159,36 +159,92 @@ def measure_read_bandwidth(threads: int, *, buffer_mb: int = BANDWIDTH_BUFFER_MB
             "bandwidth": max(torch_sum, numpy_sum)}
 
 
+DEVICE_BUFFER_MB = 1024   # far past any GPU's L2 (50-60 MB on Hopper)
+
+
+def _best_cuda_seconds(fn: Callable[[], object], reps: int) -> float:
+    """The fastest of ``reps`` runs of ``fn`` on the current CUDA stream, by CUDA events."""
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1000)
+    return best
+
+
+def measure_device_bandwidth(device: torch.device, *, buffer_mb: int = DEVICE_BUFFER_MB,
+                             reps: int = 10) -> dict[str, float]:
+    """Bandwidth (bytes/s) of a CUDA device's memory: a sum over a buffer far past its L2
+    (bytes read) and a device-to-device copy (bytes read and written), the best
+    repetition of each by CUDA events, and their maximum as ``bandwidth``."""
+    with torch.cuda.device(device):
+        buf = torch.ones(buffer_mb * 2**20 // 2, dtype=torch.bfloat16, device=device)
+        dst = torch.empty_like(buf)
+        nbytes = buf.numel() * buf.element_size()
+        read = nbytes / _best_cuda_seconds(lambda: buf.sum(dtype=torch.float32), reps)
+        copy = 2 * nbytes / _best_cuda_seconds(lambda: dst.copy_(buf), reps)
+    return {"sum": read, "copy": copy, "bandwidth": max(read, copy)}
+
+
+def kv_bytes_per_position(engine: LLMEngine) -> int:
+    """Bytes of keys and values one cached token holds over every layer: what a decode
+    step reads per token of its context."""
+    k = engine.runner.kv_cache.k          # [layers, blocks, block_size, kv_heads, D]
+    layers, _, _, heads, dim = k.shape
+    return 2 * layers * heads * dim * k.element_size()
+
+
 @dataclass(frozen=True)
 class Roofline:
     """Batch-1 decode against the memory-bandwidth limit: every weight is read once per
-    token, so tokens/s can be at most bandwidth / bytes read per token."""
+    token, and the keys and values of the context, so tokens/s can be at most bandwidth
+    / bytes read per token."""
 
     threads: int
-    bandwidth_gb_s: float                # at ``threads``, the limit used
-    bandwidth_1thread_gb_s: float
-    bytes_per_token: int
+    bandwidth_gb_s: float                # at ``threads`` (or the device's), the limit used
+    bandwidth_1thread_gb_s: float        # on a GPU: the device's
+    bytes_per_token: int                 # weights + KV cache at the mean context
     roofline_tokens_per_s: float
     achieved_tokens_per_s: float         # batch-1 decode rate, 1000 / TPOT p50
     fraction: float                      # achieved / roofline
     bandwidth_detail: dict[str, dict[str, float]]
+    weight_bytes_per_token: int = 0
+    kv_bytes_per_token: int = 0          # at the mean context of the decode measured
+    device: str = "cpu"
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def roofline(engine: LLMEngine, batch1: BenchRow, *, threads: int | None = None) -> Roofline:
+def roofline(engine: LLMEngine, batch1: BenchRow, *, threads: int | None = None,
+             context_tokens: int = 0) -> Roofline:
     """The roofline of ``engine``'s model as loaded (its chosen weight formats), with
-    ``batch1`` (a concurrency-1 row) as the achieved decode rate."""
+    ``batch1`` (a concurrency-1 row) as the achieved decode rate; ``context_tokens``: the
+    mean context of its decode steps, whose keys and values each step reads too. On a
+    GPU the bandwidth is the device memory's, on a CPU the host's at ``threads``."""
     threads = threads or torch.get_num_threads()
-    detail = {"1": measure_read_bandwidth(1)}
-    detail[str(threads)] = detail["1"] if threads == 1 else measure_read_bandwidth(threads)
-    bandwidth = detail[str(threads)]["bandwidth"]
-    nbytes = read_bytes_per_token(engine.model)
+    if engine.device.type == "cuda":
+        detail = {"cuda": measure_device_bandwidth(engine.device)}
+        bandwidth = one_thread = detail["cuda"]["bandwidth"]
+    else:
+        detail = {"1": measure_read_bandwidth(1)}
+        detail[str(threads)] = (detail["1"] if threads == 1
+                                else measure_read_bandwidth(threads))
+        bandwidth, one_thread = detail[str(threads)]["bandwidth"], detail["1"]["bandwidth"]
+    weights = read_bytes_per_token(engine.model)
+    kv = kv_bytes_per_position(engine) * context_tokens
+    nbytes = weights + kv
     limit = bandwidth / nbytes
     achieved = 1000 / batch1.tpot_p50_ms if batch1.tpot_p50_ms else batch1.tokens_per_s
     return Roofline(threads=threads, bandwidth_gb_s=bandwidth / 1e9,
-                    bandwidth_1thread_gb_s=detail["1"]["bandwidth"] / 1e9,
+                    bandwidth_1thread_gb_s=one_thread / 1e9,
                     bytes_per_token=nbytes, roofline_tokens_per_s=limit,
                     achieved_tokens_per_s=achieved, fraction=achieved / limit,
-                    bandwidth_detail=detail)
+                    bandwidth_detail=detail, weight_bytes_per_token=weights,
+                    kv_bytes_per_token=kv, device=engine.device.type)
