@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from llm_server_helpers import KV_CACHE_TOKENS, Server, launch
+from llm_server_helpers import DEVICE, DTYPE, KV_CACHE_TOKENS, Server, launch
 
 from turboinfer.llm import LLM, EngineConfig
 
@@ -20,4 +20,5 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def reference() -> LLM:
     """The in-process engine the server's greedy output must equal."""
-    return LLM(config=EngineConfig(kv_cache_tokens=KV_CACHE_TOKENS))
+    return LLM(config=EngineConfig(kv_cache_tokens=KV_CACHE_TOKENS), device=DEVICE,
+               dtype=DTYPE)

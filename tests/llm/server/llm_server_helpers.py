@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -23,6 +24,12 @@ API_KEY = "sk-test-key"
 KV_CACHE_TOKENS = 4096
 MAX_NUM_SEQS = 8
 MAX_WAITING = 8
+# Where the server and the in-process reference run: the CPU unless
+# TURBOINFER_TEST_LLM_DEVICE names another (``cuda``: the same conformance tests on a GPU,
+# in TURBOINFER_TEST_LLM_DTYPE, there float32 by default so that greedy choices do not
+# hang on 16-bit rounding between the server's batches and the reference's).
+DEVICE = os.environ.get("TURBOINFER_TEST_LLM_DEVICE", "cpu")
+DTYPE = os.environ.get("TURBOINFER_TEST_LLM_DTYPE", "auto" if DEVICE == "cpu" else "float32")
 
 
 @dataclass(frozen=True)
@@ -85,9 +92,9 @@ def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
 @contextlib.contextmanager
 def launch(log_dir: Path, *extra: str) -> Iterator[Server]:
     """``turboinfer llm serve`` on the demo model with the tests' limits plus ``extra``."""
-    # On the CPU, where the in-process reference engine runs, on any machine.
-    argv = [sys.executable, "-m", "turboinfer", "llm", "serve", "--device", "cpu", "--port", "0",
-            "--threads", "1",
+    # Where the in-process reference engine runs (the CPU unless the environment says).
+    argv = [sys.executable, "-m", "turboinfer", "llm", "serve", "--device", DEVICE,
+            "--dtype", DTYPE, "--port", "0", "--threads", "1",
             "--kv-cache-tokens", str(KV_CACHE_TOKENS), "--max-num-seqs", str(MAX_NUM_SEQS),
             "--max-waiting", str(MAX_WAITING), "--api-key", API_KEY, *extra]
     # stderr to a file: a pipe nobody reads would block the server once it fills.
