@@ -50,7 +50,7 @@ def _gguf_name(hf: str) -> str:
 
 
 def write_gguf(folder: Path, path: Path, qtype: str = "F32", arch: str = "llama",
-               extra: dict[str, float] | None = None) -> Path:
+               extra: dict[str, float] | None = None, bos_id: int | None = None) -> Path:
     """``folder`` (an HF Llama folder) as llama.cpp's converter would write it."""
     config = json.loads((folder / "config.json").read_text())
     tok = json.loads((folder / "tokenizer.json").read_text())
@@ -76,6 +76,8 @@ def write_gguf(folder: Path, path: Path, qtype: str = "F32", arch: str = "llama"
     writer.add_token_merges([m if isinstance(m, str) else " ".join(m)
                              for m in tok["model"]["merges"]])
     writer.add_eos_token_id(config["eos_token_id"][0])
+    if bos_id is not None:
+        writer.add_bos_token_id(bos_id)
     writer.add_add_bos_token(False)
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     quant = getattr(gguf.GGMLQuantizationType, qtype)
@@ -274,6 +276,16 @@ def test_llm_convert_writes_a_folder_the_engine_loads(demo_f32: Path, tmp_path: 
     assert (LLM(out).generate("The module", params)[0].token_ids
             == LLM().generate("The module", params)[0].token_ids)
     assert main(["llm", "convert", str(tmp_path / "none.gguf"), "-o", str(out)]) == 2
+
+
+def test_the_converted_tokenizer_names_the_files_special_tokens(tmp_path: Path) -> None:
+    # A BOS other than the EOS (transformers 5.17's converter named the BOS as both).
+    path = write_gguf(demo_model_dir(), tmp_path / "bos.gguf", bos_id=1)
+    out = convert_gguf(path, tmp_path / "converted")
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    vocab = json.loads((demo_model_dir() / "tokenizer.json").read_text())["model"]["vocab"]
+    names = {i: t for t, i in vocab.items()}
+    assert (config["bos_token"], config["eos_token"]) == (names[1], "<|endoftext|>")
 
 
 @pytest.mark.parametrize(("qtype", "mode"), [("Q4_1", "int4"), ("Q8_0", "q8"), ("F32", "none")])

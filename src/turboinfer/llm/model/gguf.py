@@ -113,6 +113,7 @@ def convert_gguf(path: Path, out: Path) -> Path:
     (out / SOURCE_FILE).write_text(json.dumps({"file": path.name,
                                                "projection_types": projections}) + "\n")
     _save_tokenizer(path, out)
+    _name_special_tokens(out, _special_tokens(reader, fields))
     return out
 
 
@@ -277,7 +278,38 @@ def _save_tokenizer(path: Path, out: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (ValueError, KeyError, OSError) as exc:
         raise ModelLoadError(f"{path}: cannot read the GGUF tokenizer ({exc})") from None
+    except (AttributeError, TypeError, IndexError) as exc:   # inside the converter
+        import transformers  # why: its version names the culprit
+
+        raise ModelLoadError(f"{path}: transformers {transformers.__version__} cannot "
+                             f"convert this GGUF tokenizer ({type(exc).__name__}: {exc}); "
+                             "another transformers release may") from None
     tokenizer.save_pretrained(str(out))
+
+
+def _special_tokens(reader: Any, fields: dict[str, Any]) -> dict[str, str]:
+    """The BOS and EOS tokens' texts, by the ids the file's metadata names."""
+    field = reader.fields.get("tokenizer.ggml.tokens")
+    if field is None:
+        return {}
+    found = {}
+    for name in ("bos", "eos"):
+        index = fields.get(f"tokenizer.ggml.{name}_token_id")
+        if index is not None and 0 <= int(index) < len(field.data):
+            found[f"{name}_token"] = str(field.contents(int(index)))
+    return found
+
+
+def _name_special_tokens(out: Path, tokens: dict[str, str]) -> None:
+    """``tokenizer_config.json`` names the special tokens the file's metadata names (a
+    ``transformers`` converter has named the BOS as the EOS; templates and the BOS rule
+    read them there)."""
+    path = out / "tokenizer_config.json"
+    if not tokens or not path.is_file():
+        return
+    config = json.loads(path.read_text())
+    config.update(tokens)
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 def _cache_dir() -> Path:
