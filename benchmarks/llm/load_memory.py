@@ -16,7 +16,8 @@ touched count in it, though the kernel can drop them). The checkouts alternate.
 before its first request (``load_model``, then the measured kernel selection that builds
 each layer's kernels), with the demo model's tokenizer copied into the folder, and
 records the first 8 greedy tokens of one prompt so the checkouts' engines can be
-compared.
+compared. ``--engine --dtype bfloat16`` loads it on the general path in that dtype (the
+path a GPU runs, here on the CPU: the torch backend, no kernel selection).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ MEASURE_ENGINE = """
 import json, resource, sys, time
 start = time.perf_counter()
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
-llm = LLM(sys.argv[1], config=EngineConfig(num_threads=1))
+dtype = sys.argv[2] if len(sys.argv) > 2 else None
+llm = LLM(sys.argv[1], config=EngineConfig(num_threads=1), dtype=dtype,
+          backend="torch" if dtype else None)
 seconds = time.perf_counter() - start
 out = llm.generate([1, 2, 3, 4], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
 print(json.dumps({"seconds": seconds,
@@ -96,9 +99,9 @@ def with_tokenizer(folder: Path) -> Path:
     return folder
 
 
-def measure(src: Path, folder: Path, script: str = MEASURE) -> dict[str, Any]:
+def measure(src: Path, folder: Path, script: str = MEASURE, *extra: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    done = subprocess.run([sys.executable, "-c", script, str(folder)], env=env,
+    done = subprocess.run([sys.executable, "-c", script, str(folder), *extra], env=env,
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -110,6 +113,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--engine", action="store_true",
                         help="measure LLM(folder), kernel selection included")
+    parser.add_argument("--dtype", default=None,
+                        help="with --engine: load in this dtype on the general path")
     parser.add_argument("--output", default="load_memory.json")
     args = parser.parse_args()
     folder = with_tokenizer(checkpoint()) if args.engine else checkpoint()
@@ -124,7 +129,8 @@ def main() -> None:
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sources}
             for r in range(args.rounds):
                 for name in (list(sources) if r % 2 == 0 else list(sources)[::-1]):
-                    runs[name].append(measure(sources[name], folder, script))
+                    runs[name].append(measure(sources[name], folder, script,
+                                             *([args.dtype] if args.dtype else [])))
                     print(name, runs[name][-1], flush=True)
         finally:
             if args.baseline:
@@ -135,8 +141,11 @@ def main() -> None:
                       "parameters": rs[0]["parameters"],
                       **({"tokens": rs[0]["tokens"]} if "tokens" in rs[0] else {})}
                for name, rs in runs.items()}
+    measured = "LLM(folder), 1 thread" if args.engine else "load_model(folder)"
+    if args.engine and args.dtype:
+        measured += f", dtype {args.dtype}, torch backend"
     record = {"machine": machine(), "command": " ".join(sys.argv),
-              "measured": "LLM(folder), 1 thread" if args.engine else "load_model(folder)",
+              "measured": measured,
               "checkpoint": "random Llama-3.2-1B shape, bf16, 2.5 GB (transformers)",
               "summary": summary, "runs": runs}
     (HERE / args.output).write_text(json.dumps(record, indent=1) + "\n")

@@ -154,8 +154,10 @@ class LLM:
     def _load(self, folder: Path, quant: QuantMode, choices: list[KernelChoice], *,
               pick_threads: bool = False, role: str) -> LlamaModel:
         if self.general:
-            # Cast on the host, then moved: the device holds only the chosen dtype.
-            model = load_model(folder).to(dtype=self.dtype).to(self.device)
+            # Loaded in the chosen dtype on the host (a bf16 checkpoint stays bf16: an 8B
+            # model is not widened to 32 GB of float32 and narrowed back), then moved: the
+            # device holds only that dtype.
+            model = load_model(folder, dtype=self.dtype).to(self.device)
             if pick_threads and self.device.type == "cpu":
                 # The host's thread count matters as much on this path (a descheduled
                 # intra-op thread stalls every op); on a GPU the host only launches.
