@@ -59,7 +59,7 @@ _LAYER_NAMES = {
 }
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm",
               "output": "lm_head"}
-_FORMAT = 3  # bumped when the converted folder's layout changes
+_FORMAT = 4  # bumped when the converted folder's layout or contents change
 SOURCE_FILE = "gguf.json"   # what the folder was converted from: the projections' types
 # The file's own quantization, as the engine's mode that runs it: Q4_0/Q4_1 blocks on the
 # int4 kernel as they are, Q8_0 blocks on the q8 kernel (re-quantizing a dequantized Q8_0
