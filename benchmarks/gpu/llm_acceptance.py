@@ -271,7 +271,7 @@ class TokenClock:
         self.times.append(time.perf_counter())
 
     def end(self) -> None:
-        pass
+        """generate's last call: every time is noted already."""
 
 
 def hf_decode(model: Any, prompt: list[int], new: int, device: torch.device, *,

@@ -18,6 +18,7 @@ import torch
 
 from turboinfer.llm.backends.cpu.kernels import read_bytes_per_token
 from turboinfer.llm.engine.llm_engine import LLMEngine
+from turboinfer.llm.engine.memory_plan import kv_block_bytes
 from turboinfer.llm.engine.sampling_params import SamplingParams
 
 
@@ -192,14 +193,6 @@ def measure_device_bandwidth(device: torch.device, *, buffer_mb: int = DEVICE_BU
     return {"sum": read, "copy": copy, "bandwidth": max(read, copy)}
 
 
-def kv_bytes_per_position(engine: LLMEngine) -> int:
-    """Bytes of keys and values one cached token holds over every layer: what a decode
-    step reads per token of its context."""
-    k = engine.runner.kv_cache.k          # [layers, blocks, block_size, kv_heads, D]
-    layers, _, _, heads, dim = k.shape
-    return 2 * layers * heads * dim * k.element_size()
-
-
 @dataclass(frozen=True)
 class Roofline:
     """Batch-1 decode against the memory-bandwidth limit: every weight is read once per
@@ -238,7 +231,8 @@ def roofline(engine: LLMEngine, batch1: BenchRow, *, threads: int | None = None,
                                 else measure_read_bandwidth(threads))
         bandwidth, one_thread = detail[str(threads)]["bandwidth"], detail["1"]["bandwidth"]
     weights = read_bytes_per_token(engine.model)
-    kv = kv_bytes_per_position(engine) * context_tokens
+    # One cached token of the target model: a block of one.
+    kv = kv_block_bytes(engine.model.config, 1, engine.runner.kv_cache.k.dtype) * context_tokens
     nbytes = weights + kv
     limit = bandwidth / nbytes
     achieved = 1000 / batch1.tpot_p50_ms if batch1.tpot_p50_ms else batch1.tokens_per_s
