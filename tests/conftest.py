@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+# Every test times its kernels as it runs (the servers it starts too): choices remembered
+# on disk from an earlier run would make one test's outcome depend on another's.
+# tests/llm/test_kernel_decision_cache.py turns the cache on where it tests it.
+os.environ["TURBOINFER_KERNEL_CACHE"] = "off"
 
 
 def make_linear_onnx(path: Path, weight: np.ndarray, bias: np.ndarray) -> Path:

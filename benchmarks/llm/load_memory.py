@@ -100,7 +100,9 @@ def with_tokenizer(folder: Path) -> Path:
 
 
 def measure(src: Path, folder: Path, script: str = MEASURE, *extra: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    # Kernel choices measured in every process, none read back from an earlier one: the
+    # selection's time is part of what --engine measures.
+    env = {**os.environ, "PYTHONPATH": str(src), "TURBOINFER_KERNEL_CACHE": "off"}
     done = subprocess.run([sys.executable, "-c", script, str(folder), *extra], env=env,
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -260,7 +260,9 @@ def _bench(args: argparse.Namespace) -> int:
     for c in llm.kernel_choices:
         sliced = (f" (timed on its first {c.timed_out_features} rows)"
                   if c.timed_out_features else "")
-        print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: {c.chosen}{sliced}")
+        kept = " (remembered)" if c.remembered else ""
+        print(f"  {c.out_features}x{c.in_features} x{c.layers}, {c.rows} rows: "
+              f"{c.chosen}{sliced}{kept}")
     if llm.prefetch_choice:
         for kind, timings in llm.prefetch_choice.step_ms.items():
             timed = ", ".join(f"{d} B {ms:.2f} ms" for d, ms in timings.items())

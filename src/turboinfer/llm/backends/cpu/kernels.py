@@ -10,23 +10,27 @@ interleaved rounds, and the fastest per row count is kept. A layer then holds th
 for each (one object where they are the same kernel) and picks by the rows of each call:
 on one machine MKL's weight packed for 16 rows took 48 ms at 512 rows where the
 transposed weight took 41. Decisions are kept per process, so a second model of the same
-shapes loads without timing again. ``KernelChoice`` records what was timed and chosen
+shapes loads without timing again, and per machine on disk (``decision_cache``), so a
+second process does too. ``KernelChoice`` records what was timed and chosen
 (``llm bench --json``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import psutil
 import torch
 from torch import nn
 
 from turboinfer.hardware.cpu import read_cpu
+from turboinfer.llm.backends.cpu import decision_cache
 from turboinfer.llm.backends.cpu.kernel_candidates import (
     NATIVE_KERNELS,
     Candidate,
@@ -97,6 +101,8 @@ class KernelChoice:
     dropped: tuple[str, ...] = field(default=())
     # Candidates not offered on this machine, with the reason (no C compiler, ...).
     absent: dict[str, str] = field(default_factory=dict)
+    # Read back from an earlier process's measurement on this machine (decision_cache).
+    remembered: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -278,13 +284,30 @@ def _decide(mode: QuantMode, linear: nn.Linear, rows: int, group_size: int,
            tuple(c.name for c in cands))
     if key not in _DECISIONS:
         absent = absent_candidates(mode, group_size=group_size)
-        if measure:
-            _DECISIONS[key] = dataclasses.replace(
-                measure_shape(cands, linear.weight.detach().float(), _bias(linear), rows, mode),
-                absent=absent)
-        else:
+        if not measure:
             return KernelChoice(mode.value, n, k, rows, cands[0].name, {}, absent=absent)
+        stored_key = json.dumps([str(part) for part in key])
+        remembered = _remembered(decision_cache.load(stored_key), cands)
+        if remembered is not None:
+            _DECISIONS[key] = dataclasses.replace(remembered, absent=absent, remembered=True)
+        else:
+            choice = measure_shape(cands, linear.weight.detach().float(), _bias(linear), rows,
+                                   mode)
+            decision_cache.store(stored_key, choice.to_dict())
+            _DECISIONS[key] = dataclasses.replace(choice, absent=absent)
     return _DECISIONS[key]
+
+
+def _remembered(entry: dict[str, Any] | None, cands: list[Candidate]) -> KernelChoice | None:
+    """A choice read back from the decision cache, or None where there is none or it does
+    not name one of today's candidates (then the shape is measured again)."""
+    if entry is None:
+        return None
+    try:
+        choice = KernelChoice(**{**entry, "dropped": tuple(entry.get("dropped", ()))})
+    except TypeError:       # written by a release whose choices had other fields
+        return None
+    return choice if choice.chosen in {c.name for c in cands} else None
 
 
 def _bias(linear: nn.Linear) -> torch.Tensor | None:
