@@ -15,18 +15,12 @@ from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.loader import load_model
 
 
-@pytest.fixture(scope="module")
-def _module_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
 @pytest.fixture(autouse=True)
-def _cache(_module_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # One cache folder for the module, the decision file emptied for each test: the native
-    # library, compiled into the cache folder, is then compiled once here, not once a test.
-    monkeypatch.setenv("TURBOINFER_CACHE_DIR", str(_module_cache))
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The decision file of the test's own (the cache folder stays the suite's: a new one
+    # would compile the native library into it again).
+    monkeypatch.setattr(decision_cache, "_path", lambda: tmp_path / "kernels.json")
     monkeypatch.setenv(decision_cache.MODE_ENV, "on")
-    decision_cache._path().unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -104,7 +98,11 @@ def test_an_unknown_kernel_or_a_damaged_file_is_timed_again(
     assert json.loads(path.read_text()) == {key: entries[key]}
 
 
-def test_the_file_is_named_for_this_machine_and_library() -> None:
+def test_the_file_is_named_for_this_machine_and_library(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()      # the real path (only its name is read)
     key = decision_cache.machine_key()
     assert len(key) == 16 and key == decision_cache.machine_key()
     assert decision_cache._machine_key("another library") != key
+    path = decision_cache._path()
+    assert (path.parent.name, path.name) == ("kernels", f"{key}.json")
