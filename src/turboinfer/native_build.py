@@ -20,20 +20,15 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-import platformdirs
+from turboinfer.cache_folder import ENV_VAR, cache_folder
 
 COMPILE_TIMEOUT_S = 120
-CACHE_ENV = "TURBOINFER_CACHE_DIR"     # the same folder turboinfer.models.cache uses
+CACHE_ENV = ENV_VAR     # the cache folder: part of a loaded library's key
 
 
 def native_folder() -> Path:
-    """Where compiled libraries are kept: ``native`` in ``$TURBOINFER_CACHE_DIR``, else in
-    the user cache folder. (Not turboinfer.models.cache: the LLM layer sits below models
-    and may not import it.)"""
-    override = os.environ.get(CACHE_ENV)
-    root = (Path(override).expanduser() if override
-            else Path(platformdirs.user_cache_dir("turboinfer")))
-    return root / "native"
+    """Where compiled libraries are kept: ``native`` in the project's cache folder."""
+    return cache_folder("native")
 
 
 def cpu_flags() -> str:

@@ -11,14 +11,13 @@ copies each request into them.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-import platformdirs
 
+from turboinfer.cache_folder import cache_folder
 from turboinfer.engines.base import EngineSettings, Feeds, Precision, TensorSpec, check_feeds
 from turboinfer.errors import ConfigError, InvalidInputError
 
@@ -31,15 +30,9 @@ ProviderList = list[str | tuple[str, dict[str, str]]]
 
 
 def tensorrt_cache_dir() -> Path:
-    """Where TensorRT keeps built engines and timing caches between loads: the project's
-    cache folder (``$TURBOINFER_CACHE_DIR`` or the user cache), as models/cache.py picks
-    it; engines sit below models in the layers, so the two lines are repeated here."""
-    override = os.environ.get("TURBOINFER_CACHE_DIR")
-    root = Path(override).expanduser() if override else Path(
-        platformdirs.user_cache_dir("turboinfer"))
-    path = root / "tensorrt"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where TensorRT keeps built engines and timing caches between loads: ``tensorrt``
+    in the project's cache folder."""
+    return cache_folder("tensorrt", create=True)
 
 
 def gpu_providers(settings: EngineSettings, device_id: int = 0) -> ProviderList:

@@ -13,20 +13,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import platformdirs
-
-ENV_VAR = "TURBOINFER_CACHE_DIR"
+from turboinfer.cache_folder import cache_folder
 
 
 def cache_dir() -> Path:
     """``$TURBOINFER_CACHE_DIR`` if set, else the user cache folder; created on demand."""
-    override = os.environ.get(ENV_VAR)
-    if override:
-        path = Path(override).expanduser()
-    else:
-        path = Path(platformdirs.user_cache_dir("turboinfer"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cache_folder(create=True)
 
 
 @contextlib.contextmanager

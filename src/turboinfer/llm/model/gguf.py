@@ -39,13 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import platformdirs
 import torch
 from safetensors.torch import save_file
 
+from turboinfer.cache_folder import cache_folder
 from turboinfer.errors import MissingDependencyError, ModelLoadError
 
-CACHE_ENV = "TURBOINFER_CACHE_DIR"  # the folder turboinfer.models.cache uses
 # GGUF architecture -> (Hugging Face architecture, model_type, q/k permuted by llama.cpp)
 ARCHITECTURES = {
     "llama": ("LlamaForCausalLM", "llama", True),
@@ -313,10 +312,4 @@ def _name_special_tokens(out: Path, tokens: dict[str, str]) -> None:
 
 
 def _cache_dir() -> Path:
-    # Not turboinfer.models.cache: the llm layer sits below models and may not import it.
-    override = os.environ.get(CACHE_ENV)
-    root = (Path(override).expanduser() if override
-            else Path(platformdirs.user_cache_dir("turboinfer")))
-    path = root / "gguf"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cache_folder("gguf", create=True)

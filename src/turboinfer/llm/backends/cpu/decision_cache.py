@@ -27,12 +27,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import torch
 
+from turboinfer.cache_folder import cache_folder
 from turboinfer.hardware.cpu import read_cpu
 from turboinfer.llm.backends.cpu.native import native_status
-from turboinfer.native_build import CACHE_ENV
 
 MODE_ENV = "TURBOINFER_KERNEL_CACHE"
 MODES = ("on", "refresh", "off")
@@ -84,10 +83,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _path() -> Path:
-    override = os.environ.get(CACHE_ENV)
-    root = (Path(override).expanduser() if override
-            else Path(platformdirs.user_cache_dir("turboinfer")))
-    return root / "kernels" / f"{machine_key()}.json"
+    return cache_folder("kernels") / f"{machine_key()}.json"
 
 
 def machine_key() -> str:
