@@ -13,9 +13,10 @@ a ``transformers`` config (the Llama-3.2-1B shape; nothing is downloaded), each 
 4. greedy agreement with ``transformers`` on the same device (64 new tokens; in
    ``--dtype`` and, unless --quick, in float32) and ``transformers`` eager generate's
    batch-1 time per token beside the engine's;
-5. weight-only int8 and int4 (group 32): decode TPOT at batch 1 and 8, the layers on
-   torch's kernels vs the dequantizing fallback, and perplexity against the unquantized
-   model on fixed text (the demo's held-out docstrings from the standard library, the
+5. weight-only int8 and int4 (group 32) and fp8 (float8 weights and activations on
+   Hopper's tensor cores): decode TPOT at batch 1 and 8, the layers on torch's kernels
+   vs the dequantizing fallback, and perplexity against the unquantized model on fixed
+   text (the demo's held-out docstrings from the standard library, the
    corpus the demo was trained on).
 
 Every figure is printed and one JSON written (--out). A section that fails records its
@@ -365,7 +366,7 @@ def quant_report(folder: Path, demo: Path, args: argparse.Namespace,
                  p: dict[str, Any]) -> dict[str, Any]:
     text = (demo.parent / "heldout.txt").read_text()
     out: dict[str, Any] = {}
-    for mode in ("none", "int8", "int4"):
+    for mode in ("none", "int8", "int4", "fp8"):
         res: dict[str, Any] = {}
         llm = engine(folder, args, quant=mode)
         res["layers"] = llm.quant_layers.get("target")
@@ -381,7 +382,7 @@ def quant_report(folder: Path, demo: Path, args: argparse.Namespace,
         del small
         release()
         out[mode] = res
-    for mode in ("int8", "int4"):
+    for mode in ("int8", "int4", "fp8"):
         for key in ("perplexity_1b", "perplexity_demo"):
             out[mode][key + "_increase_pct"] = 100 * (out[mode][key] / out["none"][key] - 1)
     return out

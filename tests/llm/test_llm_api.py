@@ -109,6 +109,22 @@ def test_quantization_from_the_config_or_the_argument(tiny_llm_dir: Path) -> Non
     assert by_argument.config.quant is QuantMode.INT4
 
 
+def test_fp8_runs_on_the_general_path_only(tiny_llm_dir: Path) -> None:
+    # fp8 is torch._scaled_mm's (or its dequantizing fallback's): the CPU's native path
+    # has no float8 kernel, and says so rather than running something else.
+    from turboinfer.errors import InvalidInputError
+    from turboinfer.llm.model.quant_device import Fp8Linear
+
+    with pytest.raises(InvalidInputError, match="fp8 runs on the general path"):
+        LLM(tiny_llm_dir, quant="fp8", config=EngineConfig(kv_cache_tokens=1024))
+    llm = LLM(tiny_llm_dir, quant="fp8", dtype="bfloat16",
+              config=EngineConfig(kv_cache_tokens=1024))
+    layers = llm.quant_layers["target"]
+    assert layers["kernel"] + layers["dequant"] == sum(
+        isinstance(m, Fp8Linear) for m in llm.model.modules()) > 0
+    assert len(llm.generate("the value", SamplingParams(max_tokens=4))[0].token_ids) > 0
+
+
 def test_q8_runs_only_where_the_cpu_kernels_do(tiny_llm_dir: Path) -> None:
     # llama.cpp's Q8_0 layout exists as the CPU's native kernel (and its dequantized
     # fallback) only: another backend or dtype is told so, not quietly given int4.

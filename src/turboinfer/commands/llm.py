@@ -54,10 +54,12 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-max-batch", type=positive_int,
                         default=ENGINE_DEFAULTS["speculative_max_batch"],
                         help="speculate only while at most this many requests decode together")
-    parser.add_argument("--quant", choices=["none", "int8", "int4", "q8"], default=None,
-                        help="weight-only quantization of the linear layers: int8 per "
-                        "output channel, int4 in groups, q8 int8 in groups of 32 with "
-                        "an fp16 scale (llama.cpp's Q8_0); default none, but a GGUF file "
+    parser.add_argument("--quant", choices=["none", "int8", "int4", "q8", "fp8"], default=None,
+                        help="quantization of the linear layers: int8 per output channel, "
+                        "int4 in groups, q8 int8 in groups of 32 with an fp16 scale "
+                        "(llama.cpp's Q8_0), all weight-only; fp8 (general path: a GPU's "
+                        "float8 tensor cores) float8 weights per output channel and "
+                        "activations per row; default none, but a GGUF file "
                         "of Q4_0/Q4_1 or Q8_0 blocks runs its own (int4 or q8, the blocks "
                         "as they are)")
     parser.add_argument("--group-size", type=int, choices=[32, 64, 128, 256],

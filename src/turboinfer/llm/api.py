@@ -90,8 +90,8 @@ class LLM:
             # Not given: the config's (which defaults to none; see a GGUF file's own below).
             quant_mode = QuantMode(base.quant if quant is None else quant)
         except ValueError:
-            raise InvalidInputError(f"unknown quantization {quant!r}; use int8, int4 or "
-                                    "q8") from None
+            raise InvalidInputError(f"unknown quantization {quant!r}; use int8, int4, q8 "
+                                    "or fp8") from None
         where = resolve_device(device or base.device)
         self.dtype = resolve_dtype(dtype or base.dtype, where)
         chosen = backend or base.backend
@@ -121,6 +121,9 @@ class LLM:
             raise InvalidInputError("q8 runs on the CPU's own kernels in one process (float32, "
                                     "backend auto, no parallelism or offloaded experts); use "
                                     "int8 or int4 there")
+        if quant_mode is QuantMode.FP8 and not self.general:
+            raise InvalidInputError("fp8 runs on the general path: a GPU (--device cuda), or "
+                                    "on the CPU with --dtype bfloat16 or --backend torch")
         self.config = dataclasses.replace(
             base, quant=quant_mode, ngram_size=ngram or base.ngram_size, device=str(where),
             dtype=str(self.dtype).removeprefix("torch."),

@@ -119,6 +119,7 @@ class QuantMode(str, enum.Enum):
     INT8 = "int8"      # per output channel
     INT4 = "int4"      # asymmetric groups (quant_group_size), the LM head int8
     Q8 = "q8"          # int8 per group of 32 with an fp16 scale (llama.cpp's Q8_0); CPU
+    FP8 = "fp8"        # float8 e4m3 per output channel, activations per row; general path
 
 
 # What runs the steps (llm/backends/select.py): ``auto`` chooses by measurement (the CPU's

@@ -246,7 +246,11 @@ HEAD_NAME = "lm_head"
 def layer_mode(mode: QuantMode, name: str) -> QuantMode:
     """The format of the linear layer called ``name`` when the model is quantized to
     ``mode``."""
-    return QuantMode.INT8 if mode is QuantMode.INT4 and name == HEAD_NAME else mode
+    if name != HEAD_NAME:
+        return mode
+    # int4's LM head is int8. fp8's keeps the model's dtype, as vLLM's does: on
+    # SmolLM2-135M (a tied 49152-row head) an fp8 head took perplexity from +1.2% to +3.7%.
+    return {QuantMode.INT4: QuantMode.INT8, QuantMode.FP8: QuantMode.NONE}.get(mode, mode)
 
 
 def handler_for(mode: QuantMode, group_size: int) -> QuantHandler:

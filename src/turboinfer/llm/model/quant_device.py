@@ -1,17 +1,28 @@
-"""Weight-only int8 and int4 for the general path on any device (a GPU above all).
+"""Quantized linear layers for the general path on any device (a GPU above all).
 
 The CPU's quantized layers are chosen among its kernels by ``backends/cpu/kernels.py``.
-Here, for a model stepped by torch modules on its device: int8 with one scale per
-output channel, int4 in asymmetric groups (``quant.py``'s quantizers), each layer on
-torch's weight-only kernel where it runs on this device (``torch._weight_int8pack_mm``;
-``torch._weight_int4pack_mm`` over the tile layout ``torch._convert_weight_to_int4pack``
-makes, CUDA sm80+), else on a dequantize-then-matmul fallback that runs anywhere. A
-kernel is kept only if its output on a random input matches the fallback's at load: a
-kernel missing on this build, or a packing it reads differently, costs speed, never
-correctness.
+Here, for a model stepped by torch modules on its device:
+
+- int8, weight-only, one scale per output channel, and int4, weight-only, in asymmetric
+  groups (``quant.py``'s quantizers), on torch's weight-only kernels
+  (``torch._weight_int8pack_mm``; ``torch._weight_int4pack_mm`` over the tile layout
+  ``torch._convert_weight_to_int4pack`` makes, CUDA sm80+);
+- fp8: float8 (e4m3) weights with one scale per output channel, on ``torch._scaled_mm``
+  (the float8 tensor cores of Hopper and Ada), which also casts each row of activations
+  to float8 with a scale of its own, computed at every call (vLLM's dynamic fp8).
+
+Each layer also has a dequantize-then-matmul fallback that runs anywhere. A kernel is
+kept only if, at load, its output on a random input matches the fallback's and a
+one-row call (a decode step) is not slower than the fallback's: a kernel missing on
+this build, a packing it reads differently, or a reference implementation (torch's
+float8 matmul on a CPU is twice the fallback's time) costs nothing.
 """
 
 from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +35,12 @@ KERNEL_DTYPE = torch.bfloat16
 # Kernel vs fallback at load: a wrong layout is off by the weights' own size, rounding
 # (bf16 activations) by well under this share of the output's largest value.
 AGREEMENT = 0.03
+FP8 = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8).max)    # 448
+# float8 activations keep 3 mantissa bits: a product is off by up to 1/16 of itself.
+FP8_AGREEMENT = 0.1
+# A kernel within this share of the fallback's time is kept: the two are one noise apart.
+TIE = 1.1
 
 
 class DequantInt8Linear(nn.Module):
@@ -38,6 +55,14 @@ class DequantInt8Linear(nn.Module):
         self.register_buffer("scales", scales)
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
         self.out_features, self.in_features = q.shape
+        self.use_kernel = False
+
+    agreement = AGREEMENT
+
+    def enable_kernel(self) -> None:
+        self.use_kernel = True
+
+    def disable_kernel(self) -> None:
         self.use_kernel = False
 
     def weight(self, dtype: torch.dtype) -> torch.Tensor:
@@ -74,6 +99,8 @@ class DequantInt4Linear(nn.Module):
         self.tiles: torch.Tensor | None = None          # the kernel's layout
         self.scales_zeros: torch.Tensor | None = None
 
+    agreement = AGREEMENT
+
     @property
     def use_kernel(self) -> bool:
         return self.tiles is not None
@@ -85,7 +112,7 @@ class DequantInt4Linear(nn.Module):
         return (groups * self.scales.to(dtype)[..., None]
                 + self.low.to(dtype)[..., None]).view(n, k)
 
-    def build_kernel(self) -> None:
+    def enable_kernel(self) -> None:
         """The tile layout of torch's int4 kernel (raises where it has none)."""
         inner = next(t for t in (8, 4, 2) if self.in_features % (16 * t) == 0)
         self.tiles = torch._convert_weight_to_int4pack(self.packed, inner)
@@ -93,6 +120,9 @@ class DequantInt4Linear(nn.Module):
         zeros = self.low + 8 * self.scales
         self.scales_zeros = torch.stack([self.scales.t(), zeros.t()],
                                         dim=-1).to(KERNEL_DTYPE).contiguous()
+
+    def disable_kernel(self) -> None:
+        self.tiles = self.scales_zeros = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tiles is None:
@@ -107,52 +137,130 @@ class DequantInt4Linear(nn.Module):
         return out.view(*x.shape[:-1], self.out_features)
 
 
-QuantLinear = DequantInt8Linear | DequantInt4Linear
+def quantize_fp8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float8 e4m3 with one float32 scale per output channel: weight ≈ q * scale[:, None],
+    the channel's largest weight at float8's largest value."""
+    scales = weight.float().abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX
+    q = (weight.float() / scales[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return q, scales
+
+
+class Fp8Linear(nn.Module):
+    """float8 weights [N, K] and float32 per-channel scales [N]; ``torch._scaled_mm``
+    on float8 activations scaled per row, or dequantize + matmul."""
+
+    agreement = FP8_AGREEMENT
+
+    def __init__(self, q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
+                 ) -> None:
+        super().__init__()
+        self.q: torch.Tensor
+        self.scales: torch.Tensor
+        self.register_buffer("q", q)
+        self.register_buffer("scales", scales)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+        self.out_features, self.in_features = q.shape
+        self.use_kernel = False
+
+    def enable_kernel(self) -> None:
+        self.use_kernel = True
+
+    def disable_kernel(self) -> None:
+        self.use_kernel = False
+
+    def weight(self, dtype: torch.dtype) -> torch.Tensor:
+        return self.q.to(dtype) * self.scales.to(dtype)[:, None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.use_kernel:
+            return F.linear(x, self.weight(x.dtype), None if self.bias is None
+                            else self.bias.to(x.dtype))
+        flat = x.reshape(-1, x.shape[-1]).float()
+        row_scales = flat.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / FP8_MAX
+        # Clamped: a value past float8's range would become NaN, not its largest value.
+        xq = (flat / row_scales).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+        # The kernel wants the weight column-major: q.t() of the row-major q is.
+        out = torch._scaled_mm(xq, self.q.t(), scale_a=row_scales,
+                               scale_b=self.scales.view(1, -1), out_dtype=KERNEL_DTYPE)
+        out = out.to(x.dtype)
+        if self.bias is not None:
+            out = out + self.bias.to(x.dtype)
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+QuantLinear = DequantInt8Linear | DequantInt4Linear | Fp8Linear
+
+
+def read_bytes(layer: QuantLinear) -> int:
+    """Bytes of weights (and scales) a call reads: the layer's stored tensors."""
+    return sum(t.numel() * t.element_size() for t in layer.buffers(recurse=False)) + (
+        0 if layer.bias is None else layer.bias.numel() * layer.bias.element_size())
 
 
 def quantized_linear(linear: nn.Linear, mode: QuantMode, group_size: int) -> QuantLinear | None:
-    """The layer in ``mode`` on the linear's device, fallback form; None where the format
-    cannot hold it (int4 needs whole groups and an even width)."""
+    """The layer in ``mode`` on the linear's device, fallback form; None where it stays
+    as it is (mode none) or the format cannot hold it (int4 needs whole groups and an
+    even width)."""
+    if mode is QuantMode.NONE:
+        return None
     weight = linear.weight.detach().float()
     bias = None if linear.bias is None else linear.bias.detach().clone()
     if mode is QuantMode.INT8:
         q, scales = quantize_int8(weight)
         return DequantInt8Linear(q, scales, bias)
+    if mode is QuantMode.FP8:
+        q8, scales8 = quantize_fp8(weight)
+        return Fp8Linear(q8, scales8, bias)
     if linear.in_features % group_size or linear.out_features % 8:
         return None
     q4, scales, low = quantize_int4(weight, group_size)
     return DequantInt4Linear(q4, scales, low, group_size, bias)
 
 
+def _seconds(call: Callable[[], object], device: torch.device, reps: int = 5) -> float:
+    """Median wall time of ``call``, waiting for the device's queue around each run."""
+    wait: Callable[[], None] = (torch.cuda.synchronize if device.type == "cuda"
+                                else lambda: None)
+    call()
+    times = []
+    for _ in range(reps):
+        wait()
+        start = time.perf_counter()
+        call()
+        wait()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
 def _try_kernel(layer: QuantLinear, dtype: torch.dtype) -> bool:
-    """Switch ``layer`` to torch's kernel if it runs here and agrees with the fallback."""
+    """Switch ``layer`` to torch's kernel if it runs here, agrees with the fallback and is
+    not slower than it on one row."""
+    device = layer.scales.device
     probe = torch.randn(4, layer.in_features, generator=torch.Generator().manual_seed(0))
-    probe = probe.to(layer.scales.device, dtype)
+    probe = probe.to(device, dtype)
     want = layer(probe).float()
+    row = probe[:1]
+    fallback_s = _seconds(lambda: layer(row), device)
     try:
-        if isinstance(layer, DequantInt8Linear):
-            layer.use_kernel = True
-        else:
-            layer.build_kernel()
+        layer.enable_kernel()
         got = layer(probe).float()
     except (RuntimeError, NotImplementedError, StopIteration):
         got = None
     ok = got is not None and bool(
-        (got - want).abs().max() <= AGREEMENT * want.abs().max().clamp(min=1e-6))
+        (got - want).abs().max() <= layer.agreement * want.abs().max().clamp(min=1e-6))
+    ok = ok and _seconds(lambda: layer(row), device) <= TIE * fallback_s
     if not ok:
-        if isinstance(layer, DequantInt8Linear):
-            layer.use_kernel = False
-        else:
-            layer.tiles = layer.scales_zeros = None
+        layer.disable_kernel()
     return ok
 
 
 def quantize_for_device(model: nn.Module, mode: QuantMode, *, group_size: int = 32,
                         kernels: bool = True) -> dict[str, int]:
     """Replace the linear layers of ``model`` (on its device, in its dtype) in place; a
-    tied LM head is quantized as its own copy (int8 under int4), the embedding stays as
-    it is. Returns
-    how many layers run on torch's kernel and how many on the fallback."""
+    tied LM head is quantized as its own copy (int8 under int4; under fp8 it stays as
+    it is), the embedding stays as it is. Returns how many layers run on torch's kernel
+    and how many on the fallback."""
     counts = {"kernel": 0, "dequant": 0}
     if mode is QuantMode.NONE:
         return counts

@@ -47,6 +47,8 @@ from turboinfer.llm.backends.cpu.native import native_status
 from turboinfer.llm.model.config import QuantMode
 from turboinfer.llm.model.loader import INT4_GROUPS_ATTR
 from turboinfer.llm.model.quant import NATIVE_GROUP, layer_mode, reused_quantization
+from turboinfer.llm.model.quant_device import QuantLinear
+from turboinfer.llm.model.quant_device import read_bytes as quantized_read_bytes
 
 ROW_COUNTS = (1, 16)
 # A prompt chunk (the engine's default token budget per step). Compute-bound, so timed
@@ -480,8 +482,8 @@ def pack_linear_layers(model: nn.Module, batch_hint: int) -> int:
 
 def read_bytes_per_token(model: nn.Module) -> int:
     """Bytes of weights one batch-1 decode step reads: every linear layer's weight as its
-    one-row kernel stores it, one embedding row, and the other modules' own parameters
-    (norms) whole."""
+    one-row kernel stores it (a quantized layer of the general path: its stored tensors),
+    one embedding row, and the other modules' own parameters (norms) whole."""
     total = 0
     for module in model.modules():
         if isinstance(module, SelectedLinear):
@@ -490,6 +492,8 @@ def read_bytes_per_token(model: nn.Module) -> int:
             total += _size(module.weight_t) + (0 if module.bias is None else _size(module.bias))
         elif isinstance(module, nn.Embedding):
             total += module.weight.shape[1] * module.weight.element_size()
+        elif isinstance(module, QuantLinear):
+            total += quantized_read_bytes(module)
         else:
             total += sum(_size(p) for p in module.parameters(recurse=False))
     return total
