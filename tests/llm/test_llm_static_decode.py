@@ -13,9 +13,10 @@ from turboinfer.llm.backends.cuda.graphs import (
     bucket,
     context_bucket,
 )
+from turboinfer.llm.backends.torch.fused import fused_ops
 from turboinfer.llm.backends.torch.packed import TorchBackend
 from turboinfer.llm.backends.torch.static_decode import StaticDecodeStep
-from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.llama import EAGER_OPS, LlamaModel
 
 BS = 4
 NUM_BLOCKS = 32           # block 32 is the scratch one
@@ -84,6 +85,22 @@ def test_the_graph_decoder_eagerly_decodes_like_the_general_path(tiny_model: Lla
     assert runs[0] == runs[1]
 
 
+def test_the_compiled_elementwise_groups_give_the_eager_steps_logits(tiny_model: LlamaModel,
+                                                                     ) -> None:
+    """The fused groups' functions through torch.compile (whole graphs, dynamic shapes)
+    in the static step: the eager groups' logits, at two batch buckets from one
+    compilation. Compiled by aot_eager here: inductor's C++ build of the same graphs
+    takes 25 s on a CPU; the CUDA test below runs inductor's Triton kernels."""
+    ops = fused_ops("aot_eager")
+    cache = tiny_model.allocate_kv_cache(NUM_BLOCKS + 1, BS)
+    items = _prefill(TorchBackend(tiny_model, cache), [9, 6, 17])
+    for step in (items, items[:1]):
+        logits = [GraphDecoder(tiny_model, cache, max_batch=8, scratch_block=NUM_BLOCKS,
+                               capture=False, ops=o).run(step) for o in (EAGER_OPS, ops)]
+        torch.testing.assert_close(logits[1], logits[0], rtol=1e-5, atol=1e-5)
+        assert torch.equal(logits[1].argmax(-1), logits[0].argmax(-1))
+
+
 def test_steps_the_graphs_do_not_hold_are_refused(tiny_model: LlamaModel) -> None:
     cache = tiny_model.allocate_kv_cache(NUM_BLOCKS + 1, BS)
     graphs = GraphDecoder(tiny_model, cache, max_batch=2, scratch_block=NUM_BLOCKS,
@@ -99,14 +116,38 @@ def test_a_captured_graph_replays_the_eager_steps_logits(tiny_model: LlamaModel)
     model = tiny_model.to("cuda")
     try:
         logits = []
-        for capture in (False, True):
+        for capture, ops in ((False, EAGER_OPS), (True, EAGER_OPS), (True, fused_ops())):
             cache = model.allocate_kv_cache(NUM_BLOCKS + 1, BS)
             general = TorchBackend(model, cache)
             graphs = GraphDecoder(model, cache, max_batch=8, scratch_block=NUM_BLOCKS,
-                                  capture=capture)
+                                  capture=capture, ops=ops)
             items = _prefill(general, [9, 6, 17])
             logits.append(graphs.run(items).cpu())
             assert graphs.capture == capture
         torch.testing.assert_close(logits[0], logits[1])
+        # Inductor's fused kernels: the same sums in another order.
+        torch.testing.assert_close(logits[0], logits[2], rtol=1e-4, atol=1e-4)
+    finally:
+        tiny_model.to("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_decoder_is_chosen_among_graphs_fused_graphs_and_the_general_path(
+        tiny_model: LlamaModel) -> None:
+    from turboinfer.llm.backends.select import device_decoder
+
+    model = tiny_model.to("cuda")
+    try:
+        cache = model.allocate_kv_cache(NUM_BLOCKS + 1, BS)
+        general = TorchBackend(model, cache)
+        _, choice = device_decoder(model, cache, general, backend="auto",
+                                   scratch_block=NUM_BLOCKS, max_batch=8)
+        assert choice is not None and not choice.forced
+        assert set(choice.step_ms) | set(choice.unavailable) == {
+            "graphs", "graphs_fused", "general"}
+        assert choice.chosen == min(choice.step_ms, key=lambda k: choice.step_ms[k])
+        forced, choice = device_decoder(model, cache, general, backend="graphs",
+                                        scratch_block=NUM_BLOCKS, max_batch=8)
+        assert forced is not None and choice is not None and choice.chosen != "general"
     finally:
         tiny_model.to("cpu")

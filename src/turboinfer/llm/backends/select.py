@@ -22,8 +22,10 @@ layers in one process and, for the native ones, the C library and float32 weight
 
 On a GPU (``device_decoder``): decode steps (one new token for each of up to
 ``max_num_seqs`` sequences) replay CUDA graphs (``cuda/graphs.py``) where a batch-1 step
-measured faster so than on the general path (CUDA events, after warm-up, interleaved),
-or where the backend ``graphs`` was asked for; every other step takes the general path.
+measured faster there than on the general path (CUDA events, after warm-up), or where the
+backend ``graphs`` was asked for; every other step takes the general path. The graphs
+capture the layers' elementwise groups eager or fused by torch.compile
+(``torch/fused.py``), whichever measured faster.
 The measurement is kept (``DecodeChoice``, in ``llm bench --json``).
 """
 
@@ -32,7 +34,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -44,6 +46,7 @@ from turboinfer.llm.backends.cpu.native_decode import NativeDecoder
 from turboinfer.llm.backends.cpu.prefetch import PrefetchChoice, choose_prefetch
 from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
 from turboinfer.llm.backends.cuda.graphs import GraphDecoder
+from turboinfer.llm.backends.torch.fused import fused_ops
 from turboinfer.llm.backends.torch.lean_decode import LeanDecoder, supports_lean
 from turboinfer.llm.model.attention import KVCache
 from turboinfer.llm.model.config import QuantMode
@@ -156,9 +159,11 @@ def choose_step(items: Seq[StepItem], lone: Callable[[], LoneDecoder | None],
 class DecodeChoice:
     """How a GPU's decode steps run, and the batch-1 step times that decided it."""
 
-    chosen: str                       # "graphs" or "general"
-    forced: bool                      # asked for (backend graphs/torch), not measured
+    chosen: str                       # "graphs", "graphs_fused" or "general"
+    forced: bool                      # graphs or the general path asked for (backend)
     step_ms: dict[str, float]         # median batch-1 step per candidate, when measured
+    # Candidates that could not run here, and why (fused graphs where torch.compile fails).
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -186,16 +191,32 @@ def device_decoder(model: LlamaModel, kv_cache: KVCache, general: StepBackend, *
                    backend: str, scratch_block: int | None, max_batch: int,
                    ) -> tuple[GraphDecoder | None, DecodeChoice | None]:
     """The graphed decoder for a model on a CUDA device where it measured faster (or was
-    asked for), else None. The measurement decodes into the scratch block only."""
+    asked for), else None: its layers' elementwise groups eager or fused by
+    torch.compile, whichever measured faster. The measurement decodes into the scratch
+    block only."""
     if backend == "torch":
         return None, DecodeChoice("general", True, {})
     # Mixture-of-experts routing and a sharded model's collectives are not capturable.
     if kv_cache.k.device.type != "cuda" or scratch_block is None or not supports_lean(model):
         return None, None
-    graphs = GraphDecoder(model, kv_cache, max_batch=max_batch, scratch_block=scratch_block)
-    if backend == "graphs":
-        return graphs, DecodeChoice("graphs", True, {})
+    candidates: dict[str, StepBackend] = {
+        "graphs": GraphDecoder(model, kv_cache, max_batch=max_batch,
+                               scratch_block=scratch_block),
+        "graphs_fused": GraphDecoder(model, kv_cache, max_batch=max_batch,
+                                     scratch_block=scratch_block, ops=fused_ops())}
+    if backend != "graphs":
+        candidates["general"] = general
     probe = [StepItem([0], 0, [scratch_block], 1)]
-    times = {"general": _time_step_ms(general, probe), "graphs": _time_step_ms(graphs, probe)}
+    times: dict[str, float] = {}
+    unavailable: dict[str, str] = {}
+    for name, candidate in candidates.items():
+        try:
+            times[name] = _time_step_ms(candidate, probe)
+        except Exception as exc:  # inductor's and Triton's failures have no common base
+            if name != "graphs_fused":
+                raise
+            unavailable[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     chosen = min(times, key=lambda k: times[k])
-    return (graphs if chosen == "graphs" else None), DecodeChoice(chosen, False, times)
+    picked = candidates[chosen]
+    graphs = picked if isinstance(picked, GraphDecoder) else None
+    return graphs, DecodeChoice(chosen, backend == "graphs", times, unavailable)

@@ -8,6 +8,9 @@ dominates small-batch decode time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -69,6 +72,39 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torc
     return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
 
 
+def norm(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    return module(x)
+
+
+def add_norm(x: torch.Tensor, delta: torch.Tensor, module: nn.Module,
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual stream after adding ``delta``, and its norm by ``module``."""
+    x = x + delta
+    return x, module(x)
+
+
+def silu_mul(gate_up: torch.Tensor, intermediate: int) -> torch.Tensor:
+    gate, up = gate_up.split(intermediate, dim=-1)
+    return F.silu(gate) * up
+
+
+@dataclass(frozen=True)
+class StepOps:
+    """A layer's elementwise groups (everything between the matmuls and attention), as
+    functions: these eager ones on the general path; fused by torch.compile in a decode
+    step captured as a CUDA graph (``backends/torch/fused.py``), where each group is
+    one kernel instead of two to four."""
+
+    norm: Callable[[torch.Tensor, nn.Module], torch.Tensor] = norm
+    add_norm: Callable[[torch.Tensor, torch.Tensor, nn.Module],
+                       tuple[torch.Tensor, torch.Tensor]] = add_norm
+    rotate: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = rotate
+    silu_mul: Callable[[torch.Tensor, int], torch.Tensor] = silu_mul
+
+
+EAGER_OPS = StepOps()
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -84,11 +120,11 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 batch: AttentionBatch | None, cache: tuple[torch.Tensor, torch.Tensor] | None,
-                ) -> torch.Tensor:
+                ops: StepOps = EAGER_OPS) -> torch.Tensor:
         tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
         qkv = self.qkv_proj(x).view(tokens, heads + 2 * kv_heads, self.head_dim)
         # q and k sit side by side in the fused output: one rotation covers both.
-        qk = rotate(qkv[:, :heads + kv_heads], *rope)
+        qk = ops.rotate(qkv[:, :heads + kv_heads], *rope)
         q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
         if batch is None or cache is None:
             out = dense_attention(q, k, v, scale=self.scale)
@@ -105,9 +141,8 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.intermediate, bias=False)
         self.down_proj = nn.Linear(self.intermediate, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+    def forward(self, x: torch.Tensor, ops: StepOps = EAGER_OPS) -> torch.Tensor:
+        return self.down_proj(ops.silu_mul(self.gate_up_proj(x), self.intermediate))
 
 
 class DecoderLayer(nn.Module):
@@ -136,18 +171,24 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 batch: AttentionBatch | None = None, kv_cache: KVCache | None = None,
-                ) -> torch.Tensor:
+                ops: StepOps = EAGER_OPS) -> torch.Tensor:
         """input_ids, positions: [T]. Without ``batch``/``kv_cache`` the tokens are one
         sequence attended causally with no cache (perplexity, reference checks)."""
         x = self.embed_tokens(input_ids)                             # [T, hidden]
         rope = self.rope.tables(positions, x.dtype)
-        for i, module in enumerate(self.layers):
-            layer: DecoderLayer = module  # type: ignore[assignment]
+        layers: list[DecoderLayer] = list(self.layers)  # type: ignore[arg-type]
+        # Each residual add goes with the norm after it: the next layer's input norm,
+        # after the last layer the final one.
+        norms = [layer.input_layernorm for layer in layers[1:]] + [self.norm]
+        h = ops.norm(x, layers[0].input_layernorm)
+        for i, (layer, next_norm) in enumerate(zip(layers, norms, strict=True)):
             cache = None if kv_cache is None else (kv_cache.k[i], kv_cache.v[i])
-            h = layer.input_layernorm(x)
-            x = x + layer.self_attn(h, rope, batch, cache)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return self.norm(x)
+            x, h = ops.add_norm(x, layer.self_attn(h, rope, batch, cache, ops),
+                                layer.post_attention_layernorm)
+            # Experts route their tokens themselves, on their own ops.
+            mlp = layer.mlp(h, ops) if isinstance(layer.mlp, MLP) else layer.mlp(h)
+            x, h = ops.add_norm(x, mlp, next_norm)
+        return h
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()                          # [N, vocab]

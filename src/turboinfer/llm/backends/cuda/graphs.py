@@ -19,7 +19,7 @@ import torch
 from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.backends.torch.static_decode import StaticDecodeStep
 from turboinfer.llm.model.attention import KVCache
-from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.llama import EAGER_OPS, LlamaModel, StepOps
 
 MIN_CONTEXT_BLOCKS = 4
 
@@ -42,11 +42,13 @@ def context_bucket(blocks: int, max_blocks: int) -> int:
 
 class GraphDecoder:
     """Replays a captured decode step; ``capture=False`` runs the same steps eagerly
-    (how the bucketing and padding are tested without CUDA)."""
+    (how the bucketing and padding are tested without CUDA). ``ops``: the step's
+    elementwise groups, eager or fused (``backends/torch/fused.py``)."""
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, max_batch: int,
-                 scratch_block: int, capture: bool = True) -> None:
+                 scratch_block: int, capture: bool = True, ops: StepOps = EAGER_OPS) -> None:
         self.model = model
+        self.ops = ops
         self.kv_cache = kv_cache
         self.batch_sizes = batch_buckets(max_batch)
         self.max_blocks = scratch_block   # every block but the scratch one
@@ -83,7 +85,7 @@ class GraphDecoder:
         key = (size, blocks)
         if key not in self._steps:
             step = StaticDecodeStep(self.model, self.kv_cache, batch=size, blocks=blocks,
-                                    scratch_block=self.scratch_block)
+                                    scratch_block=self.scratch_block, ops=self.ops)
             self._steps[key] = (step, *self._record(step)) if self.capture else (step, None,
                                                                                    None)
         return self._steps[key]

@@ -18,17 +18,19 @@ import torch
 
 from turboinfer.llm.backends.base import StepItem
 from turboinfer.llm.model.attention import AttentionBatch, KVCache
-from turboinfer.llm.model.llama import LlamaModel
+from turboinfer.llm.model.llama import EAGER_OPS, LlamaModel, StepOps
 
 
 class StaticDecodeStep:
     """One token for each of up to ``batch`` sequences of at most ``blocks`` blocks.
 
-    ``scratch_block``: a cache block no sequence owns, where padded rows write."""
+    ``scratch_block``: a cache block no sequence owns, where padded rows write; ``ops``:
+    the layers' elementwise groups (eager, or fused by ``fused.py``)."""
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, batch: int, blocks: int,
-                 scratch_block: int) -> None:
+                 scratch_block: int, ops: StepOps = EAGER_OPS) -> None:
         self.model = model
+        self.ops = ops
         self.kv_cache = kv_cache
         self.batch = batch
         self.blocks = blocks
@@ -79,7 +81,7 @@ class StaticDecodeStep:
             query_offset=torch.zeros_like(self.positions), block_tables=self.tables,
             mask=mask[:, None, None, :], max_query_len=1,
             query_lens=(1,) * self.batch)
-        hidden = self.model(self.ids, self.positions, batch, self.kv_cache)
+        hidden = self.model(self.ids, self.positions, batch, self.kv_cache, self.ops)
         return self.model.logits(hidden)
 
     @torch.inference_mode()
