@@ -152,6 +152,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     flat_table = batch.block_tables.view(-1)
     keys = k_cache.index_select(0, flat_table).view(num_seqs, -1, num_kv_heads, head_dim)
     values = v_cache.index_select(0, flat_table).view(num_seqs, -1, num_kv_heads, head_dim)
+    if batch.max_query_len == 1 and q.shape[1] != num_kv_heads and q.is_cuda:
+        # On a GPU, SDPA under a mask runs memory-efficient attention, which some torch
+        # releases refuse for grouped heads (their fallback, the math kernel, copies
+        # every key once per query head). The CPU's kernel takes both as they are.
+        return grouped_decode_attention(q, keys, values, mask, scale=scale)
     # One sequence (single-stream speculative verification) or one token per sequence
     # (decode): the packed tokens already have the [B, Qmax] layout, no scatter needed.
     no_scatter = batch.max_query_len == 1 or num_seqs == 1
@@ -167,6 +172,20 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if no_scatter:
         return out.reshape(q.shape)
     return out[batch.seq_index, batch.query_offset]
+
+
+def grouped_decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                             mask: torch.Tensor, *, scale: float) -> torch.Tensor:
+    """One query token per sequence over grouped key/value heads, without expanding them:
+    each key/value head's query heads become its query rows. q: [B, H, D]; keys, values:
+    [B, L, KVH, D]; mask: additive, [B, 1, 1, L]. Returns [B, H, D]."""
+    num_seqs, heads, head_dim = q.shape
+    num_kv_heads = keys.shape[2]
+    # Head h reads key/value head h // (H / KVH): the view puts it at [h // G, h % G].
+    rows = q.view(num_seqs, num_kv_heads, heads // num_kv_heads, head_dim)
+    out = F.scaled_dot_product_attention(rows, keys.transpose(1, 2), values.transpose(1, 2),
+                                         attn_mask=mask, scale=scale)
+    return out.reshape(q.shape)
 
 
 def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
