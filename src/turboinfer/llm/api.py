@@ -15,7 +15,7 @@ from turboinfer.llm.backends import select
 from turboinfer.llm.backends.cpu.kernels import KernelChoice
 from turboinfer.llm.backends.cpu.prefetch import PrefetchChoice
 from turboinfer.llm.backends.cpu.threads import ThreadChoice, choose_threads
-from turboinfer.llm.backends.device import resolve_device, resolve_dtype
+from turboinfer.llm.backends.device import resolve_device, resolve_dtype, runs_general
 from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.engine.sampling_params import SamplingParams
 from turboinfer.llm.engine.sequence import Sequence
@@ -99,13 +99,17 @@ class LLM:
             raise InvalidInputError(f"unknown backend {chosen!r}; use {', '.join(BACKENDS)}")
         if chosen == "graphs" and where.type != "cuda":
             raise InvalidInputError("the graphs backend needs a CUDA device (--device cuda)")
-        if where.type != "cpu" and (world_size(base) > 1 or base.expert_memory_gb):
-            raise InvalidInputError("tensor and expert parallelism and offloaded experts run "
-                                    "on the CPU; use --device cpu")
+        if where.type != "cpu" and base.expert_memory_gb:
+            raise InvalidInputError("offloaded experts run on the CPU; use --device cpu")
+        world = world_size(base)
+        if where.type == "cuda" and (where.index or 0) + world > torch.cuda.device_count():
+            raise InvalidInputError(
+                f"{world} parallel ranks need {world} GPUs from {where}, one each; this "
+                f"machine has {torch.cuda.device_count()}")
         # The CPU's measured kernels and native steps are float32's; anything else (another
         # device, another dtype, the torch backend asked for) runs torch modules on the
         # general path.
-        self.general = where.type != "cpu" or chosen == "torch" or self.dtype != torch.float32
+        self.general = runs_general(where, self.dtype, chosen)
         # q8's kernel is the CPU's own, in one process.
         q8_runs = not (self.general or world_size(base) > 1 or base.expert_memory_gb)
         # None asked for, of a folder converted from a GGUF file of Q4 or Q8_0 blocks: the
@@ -160,7 +164,9 @@ class LLM:
             # Loaded in the chosen dtype on the host (a bf16 checkpoint stays bf16: an 8B
             # model is not widened to 32 GB of float32 and narrowed back), then moved: the
             # device holds only that dtype.
-            model = load_model(folder, dtype=self.dtype).to(self.device)
+            # A parallel group's rank 0 has its shard already, loaded the same way.
+            model = (self.placement.take_model()
+                     or load_model(folder, dtype=self.dtype).to(self.device))
             if pick_threads and self.device.type == "cpu":
                 # The host's thread count matters as much on this path (a descheduled
                 # intra-op thread stalls every op); on a GPU the host only launches.

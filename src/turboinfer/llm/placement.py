@@ -8,6 +8,7 @@ import atexit
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from turboinfer.llm.engine.llm_engine import LLMEngine
@@ -15,7 +16,7 @@ from turboinfer.llm.model.config import EngineConfig
 from turboinfer.llm.model.experts import CachePolicy, load_offloaded_model, moe_report
 from turboinfer.llm.model.llama import LlamaModel
 from turboinfer.llm.parallel import ParallelGroup
-from turboinfer.llm.parallel.collectives import BROADCASTS, AllReduce
+from turboinfer.llm.parallel.collectives import BROADCASTS, AllReduce, backend_for
 from turboinfer.llm.parallel.group import world_size
 
 
@@ -60,7 +61,7 @@ def placement_report(model: nn.Module, config: EngineConfig, output_tokens: int,
             "tensor_parallel": config.tensor_parallel,
             "expert_parallel": config.expert_parallel,
             "processes": world,
-            "backend": "gloo" if world > 1 else None,
+            "backend": backend_for(torch.device(config.device)) if world > 1 else None,
             "all_reduce": reduce.to_dict(),
             "step_broadcast": BROADCASTS.to_dict(),
             "all_reduce_ms_per_token": (1000 * reduce.seconds / output_tokens

@@ -14,6 +14,7 @@ from moe_helpers import save_random_moe_model
 from turboinfer.errors import ConfigError, ModelLoadError
 from turboinfer.llm import LLM, EngineConfig, SamplingParams
 from turboinfer.llm.parallel import group
+from turboinfer.llm.placement import placement_report
 
 PROMPTS = [[5, 17, 99, 3, 42, 7, 64, 1, 2, 88, 31], [9, 8, 7], [100, 1, 50, 2, 60, 3, 70]]
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -46,6 +47,24 @@ def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.timeout(180)
 def test_tensor_parallel_2_matches_one_process(llama_dir: Path) -> None:
     assert greedy(llama_dir, tensor_parallel=2) == greedy(llama_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_tensor_parallel_2_on_the_general_path_matches_one_process(llama_dir: Path) -> None:
+    """The general path (torch modules in any dtype, a GPU's path) shards too: each rank
+    loads its shard in the dtype on its device, and the workers allocate the blocks rank
+    0 planned."""
+    llm = LLM(llama_dir, backend="torch", config=dataclasses.replace(BASE, tensor_parallel=2))
+    try:
+        assert llm.general and llm.placement.group is not None
+        report = placement_report(llm.model, llm.config, 1)["parallel"]
+        assert report["backend"] == "gloo" and report["processes"] == 2
+        got = [out.token_ids for out in llm.generate(PROMPTS, GREEDY)]
+    finally:
+        llm.placement.close()
+    single = LLM(llama_dir, backend="torch", config=BASE)
+    assert got == [out.token_ids for out in single.generate(PROMPTS, GREEDY)]
 
 
 @pytest.mark.slow

@@ -49,3 +49,18 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     except KeyError:
         raise InvalidInputError(f"unknown dtype {name!r}; use one of "
                                 f"{', '.join(DTYPES)}") from None
+
+
+def runs_general(device: torch.device, dtype: torch.dtype, backend: str) -> bool:
+    """Whether steps run on the general path over plain torch modules: anything but the
+    CPU in float32 with the ``auto`` backend (the CPU's measured kernels and native
+    steps, which are float32's)."""
+    return device.type != "cpu" or backend == "torch" or dtype != torch.float32
+
+
+def rank_device(device: torch.device, rank: int) -> torch.device:
+    """Where rank ``rank`` of a parallel group runs: the CPU for every rank, or on CUDA
+    one GPU per rank counting from ``device``."""
+    if device.type != "cuda":
+        return device
+    return torch.device("cuda", (device.index or 0) + rank)

@@ -108,16 +108,27 @@ def profile_step(model: LlamaModel, num_tokens: int, num_logits: int) -> int:
     return int(torch.cuda.max_memory_allocated(device) - before)
 
 
+def profile_shape(config: EngineConfig) -> tuple[int, int]:
+    """The profiled step: the engine's largest (tokens, logit rows). A parallel group's
+    workers run it too, in step with rank 0, since its forward holds the all-reduces."""
+    return (config.max_num_batched_tokens,
+            min(config.max_num_seqs * (1 + config.num_speculative_tokens),
+                config.max_num_batched_tokens))
+
+
+def needs_profile(device: torch.device, config: EngineConfig) -> bool:
+    """Whether the plan profiles a step: on CUDA, when no cache size was given."""
+    return device.type == "cuda" and not config.kv_cache_sized
+
+
 def plan_for_device(model: LlamaModel, config: EngineConfig, *,
                     draft: LlamaModel | None = None) -> MemoryPlan:
     """The plan on the model's device: the CPU rule, or on CUDA (no size given) the free
     memory after the weights less a profiled step of the engine's largest batch."""
     device = model.embed_tokens.weight.device
-    if device.type != "cuda" or config.kv_cache_sized:
+    if not needs_profile(device, config):
         return plan_memory(model, config, draft=draft)
-    activation = profile_step(model, config.max_num_batched_tokens,
-                              min(config.max_num_seqs * (1 + config.num_speculative_tokens),
-                                  config.max_num_batched_tokens))
+    activation = profile_step(model, *profile_shape(config))
     if draft is not None:
         activation = max(activation, profile_step(draft, config.max_num_batched_tokens, 1))
     torch.cuda.empty_cache()

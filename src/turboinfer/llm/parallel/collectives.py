@@ -1,7 +1,7 @@
 """The process group and the two collectives the parallel model needs.
 
-Ranks meet on 127.0.0.1 at a free port. gloo carries CPU tensors (this engine runs on
-the CPU); NCCL is the backend for CUDA tensors, chosen by the device the model is on.
+Ranks meet on 127.0.0.1 at a free port. gloo carries CPU tensors; NCCL carries CUDA
+tensors (one GPU per rank), chosen by the device the model is on.
 """
 
 from __future__ import annotations
@@ -32,7 +32,11 @@ def backend_for(device: torch.device) -> str:
 
 
 def init_group(rank: int, world: int, port: int, device: torch.device) -> None:
-    """Join the group of ``world`` ranks meeting at 127.0.0.1:``port``."""
+    """Join the group of ``world`` ranks meeting at 127.0.0.1:``port``, over NCCL from
+    ``device`` when it is a GPU (made this process's current one: NCCL's collectives
+    run on it), else over gloo."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     loopback = _loopback_interface()
     if loopback is not None:
         # gloo otherwise uses the address the hostname resolves to, which may not be

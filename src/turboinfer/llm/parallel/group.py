@@ -1,9 +1,12 @@
 """Rank 0 (this process: scheduler, sampler, engine) and its worker processes.
 
-``ParallelGroup.start`` spawns ranks 1..N-1, joins the group as rank 0 and shards the
-model for itself; ``attach`` makes the engine's runner broadcast each step's inputs
-before running the step, so every rank runs the same forward on its shard. Workers
-(``worker.py``) keep their own KV cache (their share of the heads).
+``ParallelGroup`` spawns ranks 1..N-1, joins the group as rank 0 and shards the
+model for itself; ``attach`` tells the workers how many KV-cache blocks rank 0's engine
+planned and makes its runner broadcast each step's inputs before running the step, so
+every rank runs the same forward on its shard. Workers (``worker.py``) keep their own
+KV cache (their share of the heads). The ranks run on the CPU (gloo) or one GPU each
+(NCCL), in float32 on the CPU's measured kernels or on the general path in any dtype,
+as ``LLM`` resolved ``device``, ``dtype`` and ``backend`` in the engine config.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch.distributed as dist
 
 from turboinfer.errors import ConfigError, ModelLoadError
 from turboinfer.llm.backends.base import StepItem
+from turboinfer.llm.backends.device import rank_device, resolve_dtype, runs_general
 from turboinfer.llm.backends.runner import ModelRunner
 from turboinfer.llm.engine.llm_engine import LLMEngine
 from turboinfer.llm.model.config import EngineConfig, ModelConfig
@@ -30,17 +34,27 @@ from turboinfer.llm.parallel.collectives import broadcast_step, init_group
 from turboinfer.llm.parallel.sharding import check_layout, shard_model
 from turboinfer.ports import free_port
 
-CPU = torch.device("cpu")
-
 
 def world_size(config: EngineConfig) -> int:
     return max(config.tensor_parallel, config.expert_parallel)
 
 
+def placed(config: EngineConfig, rank: int) -> tuple[torch.device, torch.dtype, bool]:
+    """Rank ``rank``'s device, dtype and whether it runs the general path."""
+    device = rank_device(torch.device(config.device), rank)
+    dtype = resolve_dtype(config.dtype, device)
+    return device, dtype, runs_general(device, dtype, config.backend)
+
+
 def load_shard(folder: Path, config: EngineConfig, rank: int) -> LlamaModel:
-    full = load_model(folder)
+    """Rank ``rank``'s shard where it runs: float32 in CPU memory for the CPU's kernels,
+    else in the config's dtype on the rank's device."""
+    device, dtype, general = placed(config, rank)
+    full = load_model(folder, dtype=dtype if general else torch.float32)
     check_layout(full.config, config.tensor_parallel, config.expert_parallel)
-    return shard_model(full, rank, config.tensor_parallel, config.expert_parallel)
+    shard = shard_model(full, rank, config.tensor_parallel, config.expert_parallel)
+    del full
+    return shard.to(device)
 
 
 class BroadcastingRunner(ModelRunner):
@@ -88,13 +102,16 @@ class ParallelGroup:
                     raise ModelLoadError(f"parallel worker rank {rank} failed to load "
                                          f"{folder} (exit code {proc.wait()}; its error is "
                                          "above)")
-            init_group(0, self.world, port, CPU)
+            init_group(0, self.world, port, placed(config, 0)[0])
             dist.barrier()
         except BaseException:
             self.close()
             raise
 
     def attach(self, engine: LLMEngine) -> None:
+        """After rank 0's engine planned its memory (on CUDA, profiling a step the
+        workers ran with it): the workers allocate the same number of blocks."""
+        broadcast_step(engine.runner.kv_cache.num_blocks)
         engine.runner = BroadcastingRunner(engine.runner)
 
     def close(self) -> None:
