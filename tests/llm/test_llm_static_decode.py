@@ -146,6 +146,7 @@ def test_on_cuda_the_decoder_is_chosen_among_graphs_fused_graphs_and_the_general
         assert set(choice.step_ms) | set(choice.unavailable) == {
             "graphs", "graphs_fused", "general"}
         assert choice.chosen == min(choice.step_ms, key=lambda k: choice.step_ms[k])
+        assert set(choice.prepare_s) == set(choice.step_ms)
         forced, choice = device_decoder(model, cache, general, backend="graphs",
                                         scratch_block=NUM_BLOCKS, max_batch=8)
         assert forced is not None and choice is not None and choice.chosen != "general"

@@ -32,6 +32,7 @@ The measurement is kept (``DecodeChoice``, in ``llm bench --json``).
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import asdict, dataclass, field
@@ -164,6 +165,8 @@ class DecodeChoice:
     step_ms: dict[str, float]         # median batch-1 step per candidate, when measured
     # Candidates that could not run here, and why (fused graphs where torch.compile fails).
     unavailable: dict[str, str] = field(default_factory=dict)
+    # Seconds of each candidate's first two steps: a graph's capture, torch.compile's work.
+    prepare_s: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -172,10 +175,14 @@ class DecodeChoice:
 DECODE_TRIALS = 20
 
 
-def _time_step_ms(backend: StepBackend, items: list[StepItem]) -> float:
-    """Median of ``DECODE_TRIALS`` steps timed with CUDA events, after two untimed."""
+def _time_step_ms(backend: StepBackend, items: list[StepItem]) -> tuple[float, float]:
+    """Median of ``DECODE_TRIALS`` steps timed with CUDA events, after two untimed, and
+    the seconds those two took (a graph's capture, a compilation)."""
+    begin = time.perf_counter()
     for _ in range(2):
         backend.run(items)
+    torch.cuda.synchronize()
+    prepare_s = time.perf_counter() - begin
     times = []
     for _ in range(DECODE_TRIALS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -184,7 +191,7 @@ def _time_step_ms(backend: StepBackend, items: list[StepItem]) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(times), prepare_s
 
 
 def device_decoder(model: LlamaModel, kv_cache: KVCache, general: StepBackend, *,
@@ -209,9 +216,10 @@ def device_decoder(model: LlamaModel, kv_cache: KVCache, general: StepBackend, *
     probe = [StepItem([0], 0, [scratch_block], 1)]
     times: dict[str, float] = {}
     unavailable: dict[str, str] = {}
+    prepare_s: dict[str, float] = {}
     for name, candidate in candidates.items():
         try:
-            times[name] = _time_step_ms(candidate, probe)
+            times[name], prepare_s[name] = _time_step_ms(candidate, probe)
         except Exception as exc:  # inductor's and Triton's failures have no common base
             if name != "graphs_fused":
                 raise
@@ -219,4 +227,4 @@ def device_decoder(model: LlamaModel, kv_cache: KVCache, general: StepBackend, *
     chosen = min(times, key=lambda k: times[k])
     picked = candidates[chosen]
     graphs = picked if isinstance(picked, GraphDecoder) else None
-    return graphs, DecodeChoice(chosen, backend == "graphs", times, unavailable)
+    return graphs, DecodeChoice(chosen, backend == "graphs", times, unavailable, prepare_s)
