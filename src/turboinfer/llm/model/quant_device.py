@@ -43,8 +43,11 @@ FP8_AGREEMENT = 0.1
 TIE = 1.1
 
 
-class DequantInt8Linear(nn.Module):
-    """int8 weights [N, K] and per-channel scales [N]; the kernel or dequantize + matmul."""
+class ChannelScaledLinear(nn.Module):
+    """Weights [N, K] of a narrow type with one scale per output channel [N]; a kernel
+    of the subclass's (``_kernel``, on the rows flattened) or dequantize + matmul."""
+
+    agreement = AGREEMENT
 
     def __init__(self, q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
                  ) -> None:
@@ -57,8 +60,6 @@ class DequantInt8Linear(nn.Module):
         self.out_features, self.in_features = q.shape
         self.use_kernel = False
 
-    agreement = AGREEMENT
-
     def enable_kernel(self) -> None:
         self.use_kernel = True
 
@@ -68,15 +69,25 @@ class DequantInt8Linear(nn.Module):
     def weight(self, dtype: torch.dtype) -> torch.Tensor:
         return self.q.to(dtype) * self.scales.to(dtype)[:, None]
 
+    def _kernel(self, flat: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.use_kernel:
             return F.linear(x, self.weight(x.dtype), None if self.bias is None
                             else self.bias.to(x.dtype))
-        flat = x.reshape(-1, x.shape[-1]).to(KERNEL_DTYPE)
-        out = torch._weight_int8pack_mm(flat, self.q, self.scales.to(KERNEL_DTYPE)).to(x.dtype)
+        out = self._kernel(x.reshape(-1, x.shape[-1])).to(x.dtype)
         if self.bias is not None:
             out = out + self.bias.to(x.dtype)
         return out.view(*x.shape[:-1], self.out_features)
+
+
+class DequantInt8Linear(ChannelScaledLinear):
+    """int8 weights; torch's weight-only int8 kernel on bf16 activations."""
+
+    def _kernel(self, flat: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int8pack_mm(flat.to(KERNEL_DTYPE), self.q,
+                                         self.scales.to(KERNEL_DTYPE))
 
 
 class DequantInt4Linear(nn.Module):
@@ -145,47 +156,20 @@ def quantize_fp8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scales
 
 
-class Fp8Linear(nn.Module):
-    """float8 weights [N, K] and float32 per-channel scales [N]; ``torch._scaled_mm``
-    on float8 activations scaled per row, or dequantize + matmul."""
+class Fp8Linear(ChannelScaledLinear):
+    """float8 weights and float32 scales; ``torch._scaled_mm`` on float8 activations
+    scaled per row."""
 
     agreement = FP8_AGREEMENT
 
-    def __init__(self, q: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
-                 ) -> None:
-        super().__init__()
-        self.q: torch.Tensor
-        self.scales: torch.Tensor
-        self.register_buffer("q", q)
-        self.register_buffer("scales", scales)
-        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
-        self.out_features, self.in_features = q.shape
-        self.use_kernel = False
-
-    def enable_kernel(self) -> None:
-        self.use_kernel = True
-
-    def disable_kernel(self) -> None:
-        self.use_kernel = False
-
-    def weight(self, dtype: torch.dtype) -> torch.Tensor:
-        return self.q.to(dtype) * self.scales.to(dtype)[:, None]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.use_kernel:
-            return F.linear(x, self.weight(x.dtype), None if self.bias is None
-                            else self.bias.to(x.dtype))
-        flat = x.reshape(-1, x.shape[-1]).float()
-        row_scales = flat.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / FP8_MAX
+    def _kernel(self, flat: torch.Tensor) -> torch.Tensor:
+        rows = flat.float()
+        row_scales = rows.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / FP8_MAX
         # Clamped: a value past float8's range would become NaN, not its largest value.
-        xq = (flat / row_scales).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+        xq = (rows / row_scales).clamp(-FP8_MAX, FP8_MAX).to(FP8)
         # The kernel wants the weight column-major: q.t() of the row-major q is.
-        out = torch._scaled_mm(xq, self.q.t(), scale_a=row_scales,
-                               scale_b=self.scales.view(1, -1), out_dtype=KERNEL_DTYPE)
-        out = out.to(x.dtype)
-        if self.bias is not None:
-            out = out + self.bias.to(x.dtype)
-        return out.view(*x.shape[:-1], self.out_features)
+        return torch._scaled_mm(xq, self.q.t(), scale_a=row_scales,
+                                scale_b=self.scales.view(1, -1), out_dtype=KERNEL_DTYPE)
 
 
 QuantLinear = DequantInt8Linear | DequantInt4Linear | Fp8Linear
