@@ -279,7 +279,11 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"tokens proposed per round: by measured round cost (k=0..{spec.max_k}: "
               f"{costs} ms) and counted agreement; rounds {used or 'none yet'}")
     kind = llm.config.dtype if llm.config.quant.value == "none" else llm.config.quant.value
-    print(f"weights: {kind} ({llm.quant_source}){_sixteen_bit(llm.kernel_choices)}")
+    layers = llm.quant_layers.get("target") or {}
+    on_device = (f"; {layers['kernel']} layers on torch's kernel, {layers['dequant']} "
+                 "dequantized" if sum(layers.values()) else "")
+    print(f"weights: {kind} ({llm.quant_source}){_sixteen_bit(llm.kernel_choices)}"
+          f"{on_device}")
     print(f"batch-1 decode step: {llm.engine.runner.decode_path()} on {llm.config.device} "
           f"({llm.config.dtype})")
     plan = llm.engine.memory_plan

@@ -141,9 +141,13 @@ class ModelRunner:
 
     def decode_path(self) -> str:
         """How a lone sequence's decode step runs: ``native`` (one call into decode.c),
-        ``lean`` (torch operations without the batch machinery) or ``general``."""
+        ``lean`` (torch operations without the batch machinery) or ``general``; on a GPU
+        ``graphs`` or ``graphs_fused`` (CUDA graphs, their elementwise groups fused) or
+        ``general``."""
         if self.kv_cache.k.device.type != "cpu":
-            return "graphs" if self._device() is not None else "general"
+            if self._device() is None:
+                return "general"
+            return self.device_choice.chosen if self.device_choice else "graphs"
         lean = self._lone()
         return ("native" if isinstance(lean, NativeDecoder)
                 else "lean" if lean is not None else "general")
