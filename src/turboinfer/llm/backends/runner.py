@@ -125,6 +125,13 @@ class ModelRunner:
             self._library.set_solo(False)
         return decoder
 
+    def prepare(self) -> None:
+        """On a GPU, settle now, at load, how decode steps run (graphs captured, the
+        fused groups compiled, each timed): otherwise the first request would wait for
+        it."""
+        if self.kv_cache.k.device.type == "cuda":
+            self._device()
+
     def _device(self) -> GraphDecoder | None:
         """The graphed decoder on a GPU, once settled (measured, or forced)."""
         if not self._device_settled:

@@ -54,6 +54,7 @@ class LLMEngine:
                                                                  config.block_size),
                                   backend=config.backend, scratch_block=scratch,
                                   max_batch=config.max_num_seqs)
+        self.runner.prepare()
         self.proposer: DraftModelProposer | NgramProposer | None = None
         if draft is not None:
             if draft.config.vocab_size != model.config.vocab_size:
@@ -64,6 +65,7 @@ class LLMEngine:
                 draft, draft.allocate_kv_cache(blocks + spare, config.block_size),
                 backend=config.backend, scratch_block=scratch, max_batch=config.max_num_seqs,
                 pick_prefetch=False)
+            draft_runner.prepare()
             self.proposer = DraftModelProposer(draft_runner, config.num_speculative_tokens)
         elif config.ngram_size:
             self.proposer = NgramProposer(config.ngram_size, config.num_speculative_tokens)
