@@ -64,7 +64,11 @@ def worker_main(rank: int, world: int, port: int, folder: str, config: EngineCon
     dist.barrier()
     if needs_profile(device, config):
         profile_step(model, *profile_shape(config))
-    kv_cache = model.allocate_kv_cache(broadcast_step(None), config.block_size)
+    blocks = broadcast_step(None)
+    if blocks is None:   # rank 0 stopped before its engine was built
+        dist.destroy_process_group()
+        return
+    kv_cache = model.allocate_kv_cache(blocks, config.block_size)
     while (items := broadcast_step(None)) is not None:
         _forward(model, kv_cache, items)
     dist.destroy_process_group()
