@@ -8,8 +8,7 @@ with ``TURBOINFER_KERNEL_CACHE=off`` (every shape timed, as before the cache) an
 cache on, after one untimed process that fills it. Recorded per process: the seconds of
 ``LLM()`` (imports excluded) and of those in ``measure_shape`` (0: every shape's choice
 read back; a GGUF file's own Q4 blocks have one kernel and are never timed). The thread
-count is measured in every process, and a choice is remembered per thread count: a
-process that picks the other count times its shapes once more.
+count is remembered with the kernels (with the cache off it is timed in every process).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from turboinfer.llm.backends.cpu import decision_cache, kernels
 from turboinfer.llm.backends.cpu.kernels import KernelChoice, select_kernels
@@ -106,3 +107,23 @@ def test_the_file_is_named_for_this_machine_and_library(
     assert decision_cache._machine_key("another library") != key
     path = decision_cache._path()
     assert (path.parent.name, path.name) == ("kernels", f"{key}.json")
+
+
+def test_the_thread_count_is_remembered_per_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turboinfer.llm.backends.cpu import threads
+
+    before = torch.get_num_threads()
+    try:
+        first = threads.choose_threads(64, 256, usable=2)
+        assert not first.remembered and set(first.timings_ms) == {"1", "2"}
+        torch.set_num_threads(3 - first.threads)      # the other count
+        again = threads.choose_threads(64, 256, usable=2)
+        assert again.remembered and again.threads == first.threads
+        assert again.timings_ms == first.timings_ms
+        assert torch.get_num_threads() == first.threads
+        # Another shape is timed; refresh times again.
+        assert not threads.choose_threads(64, 128, usable=2).remembered
+        monkeypatch.setenv(decision_cache.MODE_ENV, "refresh")
+        assert not threads.choose_threads(64, 256, usable=2).remembered
+    finally:
+        torch.set_num_threads(before)

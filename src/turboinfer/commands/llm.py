@@ -257,7 +257,8 @@ def _bench(args: argparse.Namespace) -> int:
                     **({"roofline": roof.to_dict()} if roof else {})})
         return 0
     print(format_table(BENCH_COLUMNS, [[row[c] for c in BENCH_COLUMNS] for row in rows]))
-    how = "measured fastest" if llm.thread_choice else "as asked"
+    how = ("as asked" if not llm.thread_choice else "remembered"
+           if llm.thread_choice.remembered else "measured fastest")
     print(f"\nthreads: {threads} ({how}); kernels (shape, rows: chosen):")
     for c in llm.kernel_choices:
         sliced = (f" (timed on its first {c.timed_out_features} rows)"

@@ -1,4 +1,4 @@
-"""Kernel choices remembered across processes, per machine.
+"""Kernel (and thread-count) choices remembered across processes, per machine.
 
 Timing every linear shape's candidates is most of an engine's start (the demo model: 3.9
 of its 4.0 s; SmolLM2-135M's GGUF file: 1.6 of 2.3 s), and it would find the same
@@ -36,7 +36,7 @@ from turboinfer.llm.backends.cpu.native import native_status
 MODE_ENV = "TURBOINFER_KERNEL_CACHE"
 MODES = ("on", "refresh", "off")
 # The Python that builds and times the kernels: a change to any of them measures again.
-_SOURCES = ("kernels.py", "kernel_candidates.py", "../../model/quant.py")
+_SOURCES = ("kernels.py", "kernel_candidates.py", "threads.py", "../../model/quant.py")
 
 
 def mode() -> str:

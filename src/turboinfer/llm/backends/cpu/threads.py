@@ -6,7 +6,10 @@ than two, because every op waited for a descheduled worker thread. The profile s
 many cores this process may use (affinity, cgroup quota, SMT siblings counted once); each
 candidate count from 1 up to that is timed in interleaved rounds on a decode-shaped
 product (the model's widest projection at 1 row and at 16 rows), and the fastest kept,
-where a larger count must beat a smaller one by 10%.
+where a larger count must beat a smaller one by 10%. The choice is remembered per machine
+and shape with the kernels' (``decision_cache``): timing a 1B model's widest projection
+took 1.1 s of every start on a 2-core Zen 4, and a count that flips between starts also
+sends the kernel choices, kept per count, to be timed again.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from turboinfer.hardware.cpu import read_cpu
+from turboinfer.llm.backends.cpu import decision_cache
 
 ROUNDS = 5
 ROW_COUNTS = (1, 16)
@@ -32,6 +36,7 @@ class ThreadChoice:
     usable_cores: int
     # Median ms of the probe (1 row plus 16 rows) at each candidate count.
     timings_ms: dict[str, float]
+    remembered: bool = False    # read from the decision file, not timed in this process
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -49,8 +54,15 @@ def candidate_counts(usable: int) -> list[int]:
 @torch.inference_mode()
 def choose_threads(in_features: int, out_features: int, *,
                    usable: int | None = None) -> ThreadChoice:
-    """Time the probe at each candidate count; leaves torch at the fastest."""
+    """Time the probe at each candidate count (or read the count this machine chose
+    before for the shape); leaves torch at the fastest."""
     usable = usable or read_cpu().usable_physical_cores
+    key = f"threads|{in_features}x{out_features}|usable {usable}"
+    stored = decision_cache.load(key)
+    if stored is not None and stored.get("threads") in candidate_counts(usable):
+        torch.set_num_threads(int(stored["threads"]))
+        return ThreadChoice(int(stored["threads"]), usable,
+                            dict(stored.get("timings_ms") or {}), remembered=True)
     counts = candidate_counts(usable)
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(in_features, out_features, generator=gen)
@@ -71,4 +83,6 @@ def choose_threads(in_features: int, out_features: int, *,
         if timings[str(n)] < MARGIN * timings[str(best)]:
             best = n
     torch.set_num_threads(best)
-    return ThreadChoice(best, usable, timings)
+    choice = ThreadChoice(best, usable, timings)
+    decision_cache.store(key, {"threads": best, "timings_ms": timings})
+    return choice
