@@ -179,7 +179,14 @@ def test_on_hopper_the_fp8_kernel_is_kept() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("mode", [QuantMode.INT8, QuantMode.INT4])
-def test_on_cuda_the_kernels_run_and_agree(tiny_model: LlamaModel, mode: QuantMode) -> None:
-    model = copy.deepcopy(tiny_model).to("cuda", torch.bfloat16)
-    counts = quantize_for_device(model, mode, group_size=32)
-    assert counts["kernel"] > 0, counts
+def test_on_cuda_the_kernels_run_and_agree(mode: QuantMode) -> None:
+    # Whether a kernel is kept also depends on its speed; here: that it runs and agrees.
+    torch.manual_seed(0)
+    linear = nn.Linear(1024, 1024, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = quantized_linear(linear, mode, 32)
+    assert layer is not None
+    x = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
+    want = layer(x).float()
+    layer.enable_kernel()
+    got = layer(x).float()
+    assert (got - want).abs().max() <= layer.agreement * want.abs().max()
