@@ -111,7 +111,7 @@ class LLM:
         # general path.
         self.general = runs_general(where, self.dtype, chosen)
         # q8's kernel is the CPU's own, in one process.
-        q8_runs = not (self.general or world_size(base) > 1 or base.expert_memory_gb)
+        q8_runs = not (self.general or world > 1 or base.expert_memory_gb)
         # None asked for, of a folder converted from a GGUF file of Q4 or Q8_0 blocks: the
         # file's own quantization (q8 only where its kernel runs; int8 elsewhere).
         asked = quant is not None or base.quant is not QuantMode.NONE

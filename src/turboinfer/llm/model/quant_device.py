@@ -20,6 +20,7 @@ float8 matmul on a CPU is twice the fallback's time) costs nothing.
 
 from __future__ import annotations
 
+import abc
 import statistics
 import time
 from collections.abc import Callable
@@ -43,7 +44,7 @@ FP8_AGREEMENT = 0.1
 TIE = 1.1
 
 
-class ChannelScaledLinear(nn.Module):
+class ChannelScaledLinear(nn.Module, abc.ABC):
     """Weights [N, K] of a narrow type with one scale per output channel [N]; a kernel
     of the subclass's (``_kernel``, on the rows flattened) or dequantize + matmul."""
 
@@ -69,8 +70,9 @@ class ChannelScaledLinear(nn.Module):
     def weight(self, dtype: torch.dtype) -> torch.Tensor:
         return self.q.to(dtype) * self.scales.to(dtype)[:, None]
 
+    @abc.abstractmethod
     def _kernel(self, flat: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The layer's output for ``flat`` ([rows, K]) on its kernel."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.use_kernel:

@@ -6,10 +6,11 @@ winners again on the same machine. So each choice is also written to a file in t
 folder (``$TURBOINFER_CACHE_DIR/kernels``, else the user cache folder) named after what
 the timings depend on: the CPU (model, flags, caches, the cores this process may use),
 torch's version, the compiled native library (its name hashes its sources, flags,
-compiler and CPU) and the Python sources that build and time the kernels. Inside, a choice
-is keyed as ``kernels._decide`` keys it in memory (format, shape, bias, row count, group
-size, thread count and the candidates offered). Another machine, another library or a
-changed kernel finds no file and measures.
+compiler and CPU) and the Python sources that build and time the kernels and the thread
+count. Inside, a kernel choice is keyed as ``kernels._decide`` keys it in memory (format,
+shape, bias, row count, group size, thread count and the candidates offered), a thread
+count by its probe's shape and the usable cores (``threads.choose_threads``). Another
+machine, another library or a changed kernel finds no file and measures.
 
 ``$TURBOINFER_KERNEL_CACHE``: ``on`` (the default) reads and writes the file; ``refresh``
 measures every shape again and overwrites what was there (a choice timed while the
